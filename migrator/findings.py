@@ -1,0 +1,52 @@
+"""What a migration found in one file: the changes it made and the places it left for a person.
+
+Kept apart from the codemods and the CLI so both sides speak one vocabulary: the codemods produce
+`Finding`s, the CLI turns them into the diff summary and the JSON/Markdown reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+Kind = Literal["change", "warning", "error"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One change or warning, anchored to a line of the *original* file."""
+
+    path: str
+    line: int
+    rule: str
+    message: str
+    kind: Kind = "change"
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class MigrationResult:
+    """The outcome of migrating one file's bytes.
+
+    `new_source` equals the input bytes exactly when nothing was changed, so callers can compare
+    bytes to decide whether a file needs writing.
+    """
+
+    path: str
+    old_source: bytes
+    new_source: bytes
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.new_source != self.old_source
+
+    @property
+    def changes(self) -> list[Finding]:
+        return [f for f in self.findings if f.kind == "change"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.kind == "warning"]

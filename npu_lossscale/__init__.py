@@ -1,0 +1,22 @@
+"""Loss scaling for Ascend NPUs, drop-in for the Ascend TensorFlow adapter's classes of the same names."""
+
+from npu_lossscale.hooks import LossScaleLoggingHook
+from npu_lossscale.managers import (
+    ExponentialUpdateLossScaleManager,
+    FixedLossScaleManager,
+    LossScaleManager,
+    LossScaleStuckError,
+)
+from npu_lossscale.modes import OverflowMode
+from npu_lossscale.optimizer import NPULossScaleOptimizer
+
+__all__ = [
+    "ExponentialUpdateLossScaleManager",
+    "FixedLossScaleManager",
+    "LossScaleLoggingHook",
+    "LossScaleManager",
+    "LossScaleStuckError",
+    "NPULossScaleOptimizer",
+    "OverflowMode",
+]
+__version__ = "0.1.0"
