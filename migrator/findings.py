@@ -50,3 +50,7 @@ class MigrationResult:
     @property
     def warnings(self) -> list[Finding]:
         return [f for f in self.findings if f.kind == "warning"]
+
+
+class SourceError(Exception):
+    """The file cannot be migrated at all (does not decode or parse); the message is the reason."""

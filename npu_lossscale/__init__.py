@@ -5,7 +5,6 @@ from npu_lossscale.managers import (
     ExponentialUpdateLossScaleManager,
     FixedLossScaleManager,
     LossScaleManager,
-    LossScaleStuckError,
 )
 from npu_lossscale.modes import OverflowMode
 from npu_lossscale.optimizer import NPULossScaleOptimizer
@@ -15,7 +14,6 @@ __all__ = [
     "FixedLossScaleManager",
     "LossScaleLoggingHook",
     "LossScaleManager",
-    "LossScaleStuckError",
     "NPULossScaleOptimizer",
     "OverflowMode",
 ]
