@@ -1,0 +1,51 @@
+"""Run the real `npu-migrate` CLI as a subprocess, the way a user's shell or pre-commit would.
+
+Shared by every migrator test so they all exercise the same entry point (`python -m migrator`) with
+the same deterministic environment: no colour, no terminal, UTF-8 text I/O, and the repository
+importable even when the package was not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli_env() -> dict[str, str]:
+    """The environment for a CLI subprocess: the parent's, made deterministic."""
+    env = dict(os.environ)
+    env["NO_COLOR"] = "1"
+    env["PYTHONIOENCODING"] = "utf-8"
+    env["PYTHONUTF8"] = "1"
+    env.pop("FORCE_COLOR", None)
+    env.pop("CLICOLOR_FORCE", None)
+    existing = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + existing if existing else "")
+    return env
+
+
+def run_cli(
+    *args: str | os.PathLike[str],
+    cwd: Path | None = None,
+    input: bytes | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m migrator *args`; stdout and stderr come back as text."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "migrator", *map(str, args)],
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        env=cli_env(),
+        timeout=timeout,
+    )
+    return subprocess.CompletedProcess(
+        proc.args,
+        proc.returncode,
+        proc.stdout.decode("utf-8", errors="replace"),
+        proc.stderr.decode("utf-8", errors="replace"),
+    )
