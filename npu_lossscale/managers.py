@@ -1,0 +1,327 @@
+"""Loss-scale managers: hold the loss scale and decide how it moves after each training step.
+
+Names, positional signatures and variable names follow the Ascend TensorFlow adapter (and
+tf.contrib.mixed_precision before it), so a ported script and its checkpoints keep working; every
+extra is keyword-only and off by default.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import numbers
+
+import numpy as np
+import tensorflow as tf
+
+from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+# Variable names. "loss_scale" is what the vendor FAQ fetches ('loss_scale:0'); "good_steps" and
+# "bad_steps" (int32) are the names tf.contrib used, so a checkpoint written by the original GPU
+# script restores into the ported one.
+SCALE_VAR_NAME = "loss_scale"
+GOOD_STEPS_VAR_NAME = "good_steps"
+BAD_STEPS_VAR_NAME = "bad_steps"
+SKIPPED_STEPS_VAR_NAME = "loss_scale_skipped_steps"
+FLOOR_SKIPS_VAR_NAME = "loss_scale_skips_at_floor"
+
+
+def _check_scale(name: str, value: object) -> float:
+    """A loss scale must be a Python number in [1, float32 max]: below 1 it shrinks gradients
+    instead of protecting them, and a value float32 cannot hold would become inf on the device."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a Python number >= 1; got {value!r}")
+    number = float(value)
+    if math.isnan(number) or math.isinf(number) or number < 1.0 or number > _FLOAT32_MAX:
+        raise ValueError(
+            f"{name} must be a finite number >= 1 that fits in float32; got {value!r}"
+        )
+    return number
+
+
+def _check_count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}")
+    return int(value)
+
+
+def _check_ratio(name: str, value: object, low: float, high: float | None) -> float:
+    """Ratios live in an open interval: incr_ratio in (1, inf), decr_ratio in (0, 1)."""
+    bounds = f"({low:g}, {'inf' if high is None else f'{high:g}'})"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a Python number in {bounds}; got {value!r}")
+    number = float(value)
+    top = math.inf if high is None else high
+    if not (low < number < top) or math.isinf(number):
+        raise ValueError(f"{name} must be a finite number in {bounds}; got {value!r}")
+    return number
+
+
+def _state_variable(initial_value: object, dtype: tf.DType, name: str) -> tf.Variable:
+    """Create a non-trainable state variable that is safe wherever the manager is built.
+
+    tf.init_scope drops any enclosing tf.control_dependencies (the vendor warns that building the
+    manager inside one misorders the graph) and lifts creation out of a tf.function. In a plain
+    TF1-style graph a reference variable is used so that fetching 'loss_scale:0', as the vendor
+    FAQ does, yields the value rather than a resource handle; under a distribution strategy, or
+    eagerly, TF needs resource variables.
+    """
+    with tf.init_scope():
+        use_resource = tf.executing_eagerly() or tf.distribute.has_strategy()
+        variable = tf.compat.v1.Variable(
+            initial_value,
+            dtype=dtype,
+            trainable=False,
+            name=name,
+            use_resource=use_resource,
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        )
+    return variable
+
+
+class LossScaleManager(tf.Module, abc.ABC):
+    """Common base: a loss scale to multiply the loss by, and a hook called once per step.
+
+    A tf.Module so that tf.train.Checkpoint tracks the state; in graph mode the variables are also
+    in GLOBAL_VARIABLES so tf.compat.v1.train.Saver saves them.
+    """
+
+    overflow_mode: OverflowMode
+    enable_overflow_check: bool
+
+    def __init__(self, overflow_mode: OverflowMode | str) -> None:
+        super().__init__(name=type(self).__name__)
+        self.overflow_mode = resolve_overflow_mode(overflow_mode)
+        self._skipped_steps = _state_variable(0, tf.int64, SKIPPED_STEPS_VAR_NAME)
+
+    @abc.abstractmethod
+    def get_loss_scale(self) -> tf.Tensor:
+        """The current loss scale, a float32 scalar tensor."""
+
+    @abc.abstractmethod
+    def update_loss_scale(self, finite_grads: tf.Tensor | bool) -> tf.Operation | None:
+        """Record one step whose (all-reduced) gradients were finite or not.
+
+        Graph mode returns the op to run with the train op; eagerly the update happens now.
+        """
+
+    @property
+    def skipped_steps(self) -> tf.Variable:
+        """int64 count of steps reported as overflowed, i.e. not applied by the optimizer."""
+        return self._skipped_steps
+
+    @property
+    def variables(self) -> list[tf.Variable]:
+        return [self._skipped_steps]
+
+    def _count_skip(self, finite: tf.Tensor) -> tf.Tensor:
+        """New value of the skipped-step counter (not yet assigned)."""
+        return self._skipped_steps.read_value() + tf.cast(tf.logical_not(finite), tf.int64)
+
+
+def _as_finite_flag(finite_grads: tf.Tensor | bool) -> tf.Tensor:
+    flag = tf.convert_to_tensor(finite_grads)
+    if flag.dtype != tf.bool:
+        raise ValueError(f"finite_grads must be a boolean scalar; got dtype {flag.dtype.name}")
+    return tf.reshape(flag, [])
+
+
+class FixedLossScaleManager(LossScaleManager):
+    """Constant loss scale; overflowed steps are still skipped (and counted) when checked.
+
+    The scale is a constant, not a variable, on purpose: a restored checkpoint must not override
+    a loss_scale the user has just changed on the command line.
+    """
+
+    def __init__(
+        self,
+        loss_scale: float,
+        enable_overflow_check: bool = True,
+        *,
+        overflow_mode: OverflowMode | str = "auto",
+    ) -> None:
+        self._loss_scale_value = _check_scale("loss_scale", loss_scale)
+        if not isinstance(enable_overflow_check, bool):
+            raise ValueError(
+                f"enable_overflow_check must be True or False; got {enable_overflow_check!r}"
+            )
+        super().__init__(overflow_mode)
+        self.enable_overflow_check = enable_overflow_check
+        with tf.init_scope():
+            if not tf.executing_eagerly():
+                # Named like the vendor's tensor so fetching 'loss_scale:0' keeps working.
+                self._graph_scale = tf.constant(
+                    self._loss_scale_value, dtype=tf.float32, name=SCALE_VAR_NAME
+                )
+
+    def get_loss_scale(self) -> tf.Tensor:
+        if not tf.executing_eagerly() and getattr(self, "_graph_scale", None) is not None:
+            if self._graph_scale.graph is tf.compat.v1.get_default_graph():
+                return self._graph_scale
+        return tf.constant(self._loss_scale_value, dtype=tf.float32)
+
+    def update_loss_scale(self, finite_grads: tf.Tensor | bool) -> tf.Operation | None:
+        finite = _as_finite_flag(finite_grads)
+        return tf.group(self._skipped_steps.assign(self._count_skip(finite)))
+
+
+class ExponentialUpdateLossScaleManager(LossScaleManager):
+    """Dynamic loss scale: shrink after overflows, grow after a run of clean steps.
+
+    The update is branch-free (tf.where plus one assign per variable) because it runs every step;
+    it works in TF1 graphs, eagerly and inside tf.function. max_loss_scale clamps increases to
+    the cap (the scale reaches it exactly) rather than refusing the step that would pass it.
+
+    max_skipped_steps_at_floor turns a silently stuck run into an error: when that many
+    consecutive steps overflow even at min_loss_scale, lowering the scale cannot help, so the
+    cause is NaN/inf in the data or model, or a diverging learning rate.
+    """
+
+    def __init__(
+        self,
+        init_loss_scale: float,
+        incr_every_n_steps: int,
+        decr_every_n_nan_or_inf: int = 2,
+        incr_ratio: float = 2,
+        decr_ratio: float = 0.8,
+        *,
+        overflow_mode: OverflowMode | str = "auto",
+        min_loss_scale: float = 1.0,
+        max_loss_scale: float | None = None,
+        max_skipped_steps_at_floor: int | None = None,
+    ) -> None:
+        init = _check_scale("init_loss_scale", init_loss_scale)
+        self._incr_every_n_steps = _check_count("incr_every_n_steps", incr_every_n_steps)
+        self._decr_every_n_nan_or_inf = _check_count(
+            "decr_every_n_nan_or_inf", decr_every_n_nan_or_inf
+        )
+        self._incr_ratio = _check_ratio("incr_ratio", incr_ratio, 1.0, None)
+        self._decr_ratio = _check_ratio("decr_ratio", decr_ratio, 0.0, 1.0)
+        self._min_loss_scale = _check_scale("min_loss_scale", min_loss_scale)
+        self._max_loss_scale = (
+            None if max_loss_scale is None else _check_scale("max_loss_scale", max_loss_scale)
+        )
+        if self._max_loss_scale is not None and self._min_loss_scale > self._max_loss_scale:
+            raise ValueError(
+                f"min_loss_scale ({min_loss_scale!r}) must not exceed "
+                f"max_loss_scale ({max_loss_scale!r})"
+            )
+        if init < self._min_loss_scale:
+            raise ValueError(
+                f"init_loss_scale ({init_loss_scale!r}) must not be below "
+                f"min_loss_scale ({min_loss_scale!r})"
+            )
+        if self._max_loss_scale is not None and init > self._max_loss_scale:
+            raise ValueError(
+                f"init_loss_scale ({init_loss_scale!r}) must not exceed "
+                f"max_loss_scale ({max_loss_scale!r})"
+            )
+        self._max_skipped_steps_at_floor = (
+            None
+            if max_skipped_steps_at_floor is None
+            else _check_count("max_skipped_steps_at_floor", max_skipped_steps_at_floor)
+        )
+        super().__init__(overflow_mode)
+        self.enable_overflow_check = True
+        self._loss_scale = _state_variable(init, tf.float32, SCALE_VAR_NAME)
+        self._good_steps = _state_variable(0, tf.int32, GOOD_STEPS_VAR_NAME)
+        self._bad_steps = _state_variable(0, tf.int32, BAD_STEPS_VAR_NAME)
+        self._skips_at_floor = _state_variable(0, tf.int64, FLOOR_SKIPS_VAR_NAME)
+
+    @property
+    def variables(self) -> list[tf.Variable]:
+        return [
+            self._loss_scale,
+            self._good_steps,
+            self._bad_steps,
+            self._skipped_steps,
+            self._skips_at_floor,
+        ]
+
+    @property
+    def min_loss_scale(self) -> float:
+        return self._min_loss_scale
+
+    @property
+    def max_loss_scale(self) -> float | None:
+        return self._max_loss_scale
+
+    def get_loss_scale(self) -> tf.Tensor:
+        return self._loss_scale.read_value()
+
+    def update_loss_scale(self, finite_grads: tf.Tensor | bool) -> tf.Operation | None:
+        finite = _as_finite_flag(finite_grads)
+        # Read every variable once; all assigns wait for all new values so no read sees a write.
+        scale = self._loss_scale.read_value()
+        good = self._good_steps.read_value()
+        bad = self._bad_steps.read_value()
+        at_floor_before = self._skips_at_floor.read_value()
+
+        grow = good + 1 >= self._incr_every_n_steps
+        grown = scale * tf.constant(self._incr_ratio, tf.float32)
+        if self._max_loss_scale is None:
+            grown = tf.where(tf.math.is_finite(grown), grown, scale)
+        else:
+            grown = tf.minimum(grown, tf.constant(self._max_loss_scale, tf.float32))
+        shrink = bad + 1 >= self._decr_every_n_nan_or_inf
+        floor = tf.constant(self._min_loss_scale, tf.float32)
+        shrunk = tf.maximum(floor, scale * tf.constant(self._decr_ratio, tf.float32))
+
+        zero = tf.zeros_like(good)
+        new_scale = tf.where(
+            finite, tf.where(grow, grown, scale), tf.where(shrink, shrunk, scale)
+        )
+        new_good = tf.where(tf.logical_and(finite, tf.logical_not(grow)), good + 1, zero)
+        new_bad = tf.where(finite, tf.where(grow, zero, bad), tf.where(shrink, zero, bad + 1))
+        skipped_at_floor = tf.logical_and(tf.logical_not(finite), scale <= floor)
+        new_at_floor = tf.where(
+            skipped_at_floor, at_floor_before + 1, tf.zeros_like(at_floor_before)
+        )
+        new_skipped = self._count_skip(finite)
+
+        new_values = [new_scale, new_good, new_bad, new_at_floor, new_skipped]
+        with tf.control_dependencies(new_values):
+            updates = [
+                self._loss_scale.assign(new_scale),
+                self._good_steps.assign(new_good),
+                self._bad_steps.assign(new_bad),
+                self._skips_at_floor.assign(new_at_floor),
+                self._skipped_steps.assign(new_skipped),
+            ]
+        guard = self._stuck_guard(new_at_floor, scale)
+        if guard is not None:
+            updates.append(guard)
+        return tf.group(*updates)
+
+    def _stuck_message(self, count: object, scale: object) -> str:
+        return (
+            f"npu_lossscale: {count} consecutive training steps were skipped for gradient "
+            f"overflow with the loss scale at its floor ({scale}; min_loss_scale="
+            f"{self._min_loss_scale:g}, overflow_mode={self.overflow_mode.value}). A lower loss "
+            "scale cannot help. Check the data and model for NaN/inf, lower the learning rate, "
+            "or check that the overflow mode matches the device (INF_NAN_MODE_ENABLE). "
+            "Raise max_skipped_steps_at_floor or set it to None to keep going."
+        )
+
+    def _stuck_guard(self, new_at_floor: tf.Tensor, scale: tf.Tensor) -> tf.Operation | None:
+        limit = self._max_skipped_steps_at_floor
+        if limit is None:
+            return None
+        if tf.executing_eagerly():
+            count = int(new_at_floor.numpy())
+            if count >= limit:
+                message = self._stuck_message(count, float(scale.numpy()))
+                raise tf.errors.InvalidArgumentError(None, None, message)
+            return None
+        # The graph cannot format the message itself, so the live count and scale travel as data
+        # and TF prints them into the error text.
+        head, tail = self._stuck_message("\x00", "\x01").split("\x00")
+        middle, tail = tail.split("\x01")
+        return tf.debugging.Assert(
+            new_at_floor < limit,
+            [head, new_at_floor, middle, scale, tail],
+            summarize=1,
+            name="loss_scale_stuck_guard",
+        )
