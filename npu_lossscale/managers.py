@@ -290,38 +290,32 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
                 self._skips_at_floor.assign(new_at_floor),
                 self._skipped_steps.assign(new_skipped),
             ]
-        guard = self._stuck_guard(new_at_floor, scale)
+        guard = self._stuck_guard(new_at_floor)
         if guard is not None:
             updates.append(guard)
         return tf.group(*updates)
 
-    def _stuck_message(self, count: object, scale: object) -> str:
+    def _stuck_message(self) -> str:
+        # The guard fires the first time the count reaches the limit, and a step only counts when
+        # it ran at the floor, so both numbers are known when the graph is built.
         return (
-            f"npu_lossscale: {count} consecutive training steps were skipped for gradient "
-            f"overflow with the loss scale at its floor ({scale}; min_loss_scale="
-            f"{self._min_loss_scale:g}, overflow_mode={self.overflow_mode.value}). A lower loss "
-            "scale cannot help. Check the data and model for NaN/inf, lower the learning rate, "
-            "or check that the overflow mode matches the device (INF_NAN_MODE_ENABLE). "
-            "Raise max_skipped_steps_at_floor or set it to None to keep going."
+            f"npu_lossscale: {self._max_skipped_steps_at_floor} consecutive training steps were "
+            f"skipped for gradient overflow with the loss scale at its floor "
+            f"(loss scale {self._min_loss_scale:g} = min_loss_scale, "
+            f"overflow_mode={self.overflow_mode.value}). A lower loss scale cannot help. Check the "
+            "data and model for NaN/inf, lower the learning rate, lower min_loss_scale, or check "
+            "that the overflow mode matches the device (INF_NAN_MODE_ENABLE). Raise "
+            "max_skipped_steps_at_floor, or set it to None, to keep going."
         )
 
-    def _stuck_guard(self, new_at_floor: tf.Tensor, scale: tf.Tensor) -> tf.Operation | None:
+    def _stuck_guard(self, new_at_floor: tf.Tensor) -> tf.Operation | None:
         limit = self._max_skipped_steps_at_floor
         if limit is None:
             return None
         if tf.executing_eagerly():
-            count = int(new_at_floor.numpy())
-            if count >= limit:
-                message = self._stuck_message(count, float(scale.numpy()))
-                raise tf.errors.InvalidArgumentError(None, None, message)
+            if int(new_at_floor.numpy()) >= limit:
+                raise tf.errors.InvalidArgumentError(None, None, self._stuck_message())
             return None
-        # The graph cannot format the message itself, so the live count and scale travel as data
-        # and TF prints them into the error text.
-        head, tail = self._stuck_message("\x00", "\x01").split("\x00")
-        middle, tail = tail.split("\x01")
         return tf.debugging.Assert(
-            new_at_floor < limit,
-            [head, new_at_floor, middle, scale, tail],
-            summarize=1,
-            name="loss_scale_stuck_guard",
+            new_at_floor < limit, [self._stuck_message()], name="loss_scale_stuck_guard"
         )
