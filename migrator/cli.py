@@ -1,0 +1,288 @@
+"""`npu-migrate`: port tf.contrib.mixed_precision training scripts to the npu_lossscale library.
+
+Only argument handling and console output live here. The module imports nothing heavier than click
+at start-up, so `npu-migrate --help` answers at once and never loads TensorFlow or libcst.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from migrator.runner import RunResult
+
+EXIT_OK = 0
+EXIT_CHANGES_PENDING = 1
+EXIT_USAGE = 2
+EXIT_FAILED = 123
+
+# Below this many files to migrate a progress bar only flickers.
+PROGRESS_MIN_FILES = 50
+
+EPILOG = f"""\b
+Modes:
+  (default)      print a unified diff on stdout, write nothing
+  --check        same, and exit {EXIT_CHANGES_PENDING} when anything would change
+  --write        rewrite files in place (atomically, permissions kept)
+  --output-dir   write migrated files into a mirrored tree
+
+\b
+Exit codes:
+  {EXIT_OK}    nothing to change, or all changes written
+  {EXIT_CHANGES_PENDING}    --check: some file would change
+  {EXIT_USAGE}    usage error (bad option, missing path, conflicting options)
+  {EXIT_FAILED}  some file could not be read, decoded, parsed or written; those files are
+       left untouched, the others are processed. Takes precedence over {EXIT_CHANGES_PENDING}.
+"""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("npu-lossscale")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"npu-migrate {_version()}")
+        ctx.exit(EXIT_OK)
+
+
+class _ClickProgress:
+    """Adapts click.progressbar to the runner's tick() protocol."""
+
+    def __init__(self, total: int) -> None:
+        self._bar = click.progressbar(length=total, label="migrating", file=sys.stderr)
+
+    def __enter__(self) -> _ClickProgress:
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.__exit__(None, None, None)
+
+    def tick(self) -> None:
+        self._bar.update(1)
+
+
+def _progress_factory(quiet: bool) -> Callable[[int], object]:
+    from migrator.runner import _no_progress
+
+    if quiet or not sys.stderr.isatty():
+        return _no_progress
+
+    def make(total: int) -> object:
+        return _ClickProgress(total) if total >= PROGRESS_MIN_FILES else _no_progress(total)
+
+    return make
+
+
+def _use_color(flag: bool | None) -> bool:
+    if flag is not None:
+        return flag
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def _write_stdout(text: str) -> None:
+    """Diff text to stdout as UTF-8 bytes, whatever the locale, surviving a closed pipe."""
+    stream = click.get_binary_stream("stdout")
+    try:
+        stream.write(text.encode("utf-8", "replace"))
+        stream.flush()
+    except BrokenPipeError:
+        # `npu-migrate . | head`: stop printing, but still finish the run (reports, summary).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--write", is_flag=True, help="Rewrite changed files in place.")
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write migrated files under DIR, mirroring their paths relative to the inputs' "
+    "common directory; the originals are not touched.",
+)
+@click.option(
+    "--copy-unchanged",
+    is_flag=True,
+    help="With --output-dir: also copy files that need no change (byte for byte).",
+)
+@click.option("--check", is_flag=True, help="Exit 1 when any file would change (CI, pre-commit).")
+@click.option(
+    "--report",
+    "reports",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a report of every change, warning and failure; the format follows the suffix: "
+    ".json, .md or .html. Repeatable.",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes for migrating files [default: number of CPUs].",
+)
+@click.option(
+    "--exclude",
+    multiple=True,
+    metavar="GLOB",
+    help="Skip paths matching GLOB (relative path, any leading directory, or file name). "
+    "Repeatable.",
+)
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Print only errors and the diff (no warnings, progress or summary).",
+)
+@click.option(
+    "--distributed",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Whether migrated optimizers all-reduce the overflow status: 'auto' detects "
+    "Horovod/distribution strategies in the file.",
+)
+@click.option(
+    "--color/--no-color",
+    default=None,
+    help="Colour the diff [default: when stdout is a terminal and NO_COLOR is unset].",
+)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
+def cli(
+    paths: tuple[Path, ...],
+    write: bool,
+    output_dir: Path | None,
+    copy_unchanged: bool,
+    check: bool,
+    reports: tuple[Path, ...],
+    jobs: int | None,
+    exclude: tuple[str, ...],
+    quiet: bool,
+    distributed: str,
+    color: bool | None,
+) -> None:
+    """Port mixed-precision TF1 scripts (tf.contrib.mixed_precision) to npu_lossscale.
+
+    PATHS are files and directories; directories are searched for *.py files recursively
+    (hidden directories, venv/.venv, __pycache__ and site-packages are skipped).
+    By default a unified diff is printed and nothing is written: review first.
+    """
+    from migrator.files import discover
+    from migrator.runner import RunConfig, run
+
+    _validate(write, output_dir, copy_unchanged, check, reports, paths)
+    mode = "write" if write else "output-dir" if output_dir else "diff"
+    prune = output_dir.resolve() if output_dir else None
+    files = discover(paths, exclude, prune=prune)
+    config = RunConfig(
+        mode=mode,
+        output_dir=output_dir,
+        copy_unchanged=copy_unchanged,
+        jobs=jobs or os.cpu_count() or 1,
+        distributed=distributed,
+    )
+    result = run(files, config, paths, progress=_progress_factory(quiet))
+
+    if mode == "diff":
+        _print_diffs(result, _use_color(color))
+    _print_messages(result, quiet)
+    for report_path in reports:
+        from migrator.report import write_report
+
+        write_report(report_path, result)
+    if not quiet:
+        click.echo(_summary_line(result), err=True)
+    if result.failed:
+        sys.exit(EXIT_FAILED)
+    if check and result.changed:
+        sys.exit(EXIT_CHANGES_PENDING)
+    sys.exit(EXIT_OK)
+
+
+def _validate(
+    write: bool,
+    output_dir: Path | None,
+    copy_unchanged: bool,
+    check: bool,
+    reports: tuple[Path, ...],
+    paths: tuple[Path, ...],
+) -> None:
+    if write and output_dir:
+        raise click.UsageError("--write and --output-dir exclude each other: pick one.")
+    if check and (write or output_dir):
+        raise click.UsageError(
+            "--check only reports; it cannot be combined with --write or --output-dir."
+        )
+    if copy_unchanged and not output_dir:
+        raise click.UsageError("--copy-unchanged needs --output-dir.")
+    if output_dir and output_dir.exists() and not output_dir.is_dir():
+        raise click.BadParameter(f"{output_dir} is not a directory", param_hint="--output-dir")
+    if output_dir:
+        from migrator.files import common_root
+
+        if output_dir.resolve() == common_root(paths):
+            raise click.BadParameter(
+                f"{output_dir} is where the inputs live; use --write to rewrite in place",
+                param_hint="--output-dir",
+            )
+    for report_path in reports:
+        if report_path.suffix.lower() not in (".json", ".md", ".html"):
+            raise click.BadParameter(
+                f"{report_path}: the report format comes from the suffix, which must be "
+                ".json, .md or .html",
+                param_hint="--report",
+            )
+
+
+def _print_diffs(result: RunResult, color: bool) -> None:
+    from migrator.diffing import colorize, unified_diff
+
+    for outcome in result.outcomes:
+        if outcome.status == "changed":
+            diff = unified_diff(outcome.old, outcome.new, outcome.path)
+            _write_stdout(colorize(diff) if color else diff)
+
+
+def _print_messages(result: RunResult, quiet: bool) -> None:
+    for outcome in result.outcomes:
+        if outcome.status == "failed":
+            click.echo(f"{outcome.path}: error: {outcome.error}", err=True)
+        if not quiet:
+            for finding in outcome.warnings:
+                click.echo(
+                    f"{finding.path}:{finding.line}: {finding.rule}: {finding.message}", err=True
+                )
+
+
+def _summary_line(result: RunResult) -> str:
+    changed = "changed" if result.mode != "diff" else "would change"
+    return (
+        f"npu-migrate: {result.scanned} files scanned, {result.changed} {changed}, "
+        f"{result.warnings} warnings, {result.failed} failed ({result.seconds:.2f}s)"
+    )
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="npu-migrate")

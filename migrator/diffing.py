@@ -1,0 +1,78 @@
+"""Unified diffs for review, decoded for display only.
+
+The migration works on bytes and writes bytes; this module only needs text to show a person what
+will change, so decoding here may fall back (cookie encoding, then Latin-1) without any risk to the
+files themselves.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import tokenize
+
+import click
+
+_NO_NEWLINE = "\\ No newline at end of file\n"
+
+
+def decode_for_display(source: bytes) -> str:
+    """UTF-8 first, then the file's own coding cookie, then Latin-1 (which never fails)."""
+    try:
+        return source.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+        return source.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError):
+        return source.decode("latin-1")
+
+
+def _lines(text: str) -> list[str]:
+    """Split on LF only, keeping CR, so CRLF files show their real line endings and a form feed or
+    a lone CR inside a line does not invent extra lines."""
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def unified_diff(old: bytes, new: bytes, display_path: str, context: int = 3) -> str:
+    """A `git apply`/`patch -p1` compatible diff for a relative path; empty when nothing changed."""
+    if old == new:
+        return ""
+    name = display_path.replace("\\", "/")
+    before, after = (name, name) if name.startswith("/") else (f"a/{name}", f"b/{name}")
+    out: list[str] = []
+    for line in difflib.unified_diff(
+        _lines(decode_for_display(old)),
+        _lines(decode_for_display(new)),
+        fromfile=before,
+        tofile=after,
+        n=context,
+    ):
+        if line.endswith("\n"):
+            out.append(line)
+        else:
+            out.append(line + "\n" + _NO_NEWLINE)
+    return "".join(out)
+
+
+def colorize(diff: str) -> str:
+    """ANSI colours in the usual places: headers bold, hunks cyan, removals red, additions green."""
+    styled: list[str] = []
+    for line in diff.splitlines(keepends=True):
+        body, end = (line[:-1], "\n") if line.endswith("\n") else (line, "")
+        if line.startswith(("--- ", "+++ ")):
+            styled.append(click.style(body, bold=True) + end)
+        elif line.startswith("@@"):
+            styled.append(click.style(body, fg="cyan") + end)
+        elif line.startswith("-"):
+            styled.append(click.style(body, fg="red") + end)
+        elif line.startswith("+"):
+            styled.append(click.style(body, fg="green") + end)
+        else:
+            styled.append(line)
+    return "".join(styled)

@@ -1,0 +1,142 @@
+"""Finding the Python files to migrate and writing results back without ever leaving a half file.
+
+Kept free of libcst and of the migration itself so that discovery, exclusion and atomic writes
+can be reasoned about (and tested) on their own, and so `npu-migrate --help` stays cheap to import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# Directories that hold other people's code or build debris, never the user's training scripts.
+SKIPPED_DIR_NAMES = frozenset({".venv", "venv", "__pycache__", "site-packages", "node_modules"})
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A discovered file: where it is on disk and how it is named in diffs, warnings and reports."""
+
+    path: Path
+    display: str
+
+
+def _is_skipped_dir(name: str) -> bool:
+    return name.startswith(".") or name in SKIPPED_DIR_NAMES
+
+
+def is_excluded(relative: str, patterns: Sequence[str]) -> bool:
+    """True when a glob matches the path relative to its input, or one of its leading parts.
+
+    Matching the leading parts as well lets `--exclude build` or `--exclude 'tests/*'` drop a whole
+    directory, and matching the bare name lets `--exclude '*_pb2.py'` work at any depth.
+    """
+    if not patterns:
+        return False
+    parts = relative.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))] + parts
+    return any(fnmatch.fnmatchcase(c, p) for p in patterns for c in candidates)
+
+
+def _walk_python_files(root: Path, patterns: Sequence[str], prune: Path | None) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        rel_dir = here.relative_to(root).as_posix()
+        prefix = "" if rel_dir == "." else rel_dir + "/"
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if not _is_skipped_dir(d)
+            and not is_excluded(prefix + d, patterns)
+            and (prune is None or (here / d).resolve() != prune)
+        )
+        for name in sorted(filenames):
+            if name.endswith(".py") and not is_excluded(prefix + name, patterns):
+                yield here / name
+
+
+def discover(
+    inputs: Sequence[Path], exclude: Sequence[str] = (), prune: Path | None = None
+) -> list[SourceFile]:
+    """Expand files and directories into the Python files to process, once each, in stable order.
+
+    A file named explicitly is taken whatever its suffix (the user asked for it) unless an exclude
+    glob matches its name; directories contribute their `*.py` files recursively. `prune` is a
+    directory never to descend into (the --output-dir when it lies inside an input).
+    """
+    seen: set[Path] = set()
+    found: list[SourceFile] = []
+
+    def add(path: Path) -> None:
+        key = path.resolve()
+        if key not in seen:
+            seen.add(key)
+            found.append(SourceFile(path, os.path.normpath(path)))
+
+    for item in inputs:
+        if item.is_dir():
+            for path in _walk_python_files(item, exclude, prune):
+                add(path)
+        elif not is_excluded(item.name, exclude):
+            add(item)
+    return found
+
+
+def common_root(inputs: Iterable[Path]) -> Path:
+    """The deepest directory containing every input; a file input counts through its parent."""
+    dirs = [str(p.resolve() if p.is_dir() else p.resolve().parent) for p in inputs]
+    return Path(os.path.commonpath(dirs))
+
+
+def mirrored_path(path: Path, root: Path, output_dir: Path) -> Path:
+    return output_dir / path.resolve().relative_to(root)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so readers only ever see the old or the new file, never a mix.
+
+    The bytes go to a temporary file in the same directory (same file system, so `os.replace` is
+    atomic) which receives the original permission bits before it takes the original's place. A
+    symlink is followed so the link stays a link and its target is updated.
+    """
+    target = Path(os.path.realpath(path))
+    try:
+        old_mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        old_mode = None
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if old_mode is not None:
+            os.chmod(tmp_name, old_mode)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp_name, 0o666 & ~umask)
+        os.replace(tmp_name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+
+
+def write_new_file(path: Path, data: bytes) -> None:
+    """Write into a mirrored output tree, creating its directories."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, data)
+
+
+def copy_file(source: Path, destination: Path) -> None:
+    """Byte copy (with permission bits) for --copy-unchanged, so untouched files stay identical."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, destination)
