@@ -38,8 +38,9 @@ Exit codes:
   {EXIT_OK}    nothing to change, or all changes written
   {EXIT_CHANGES_PENDING}    --check: some file would change
   {EXIT_USAGE}    usage error (bad option, missing path, conflicting options)
-  {EXIT_FAILED}  some file could not be read, decoded, parsed or written; those files are
-       left untouched, the others are processed. Takes precedence over {EXIT_CHANGES_PENDING}.
+  {EXIT_FAILED}  some file could not be read, decoded, parsed or written (or a report could
+       not be written); those files are left untouched, the others are processed.
+       Takes precedence over {EXIT_CHANGES_PENDING}.
 """
 
 
@@ -207,13 +208,18 @@ def cli(
     if mode == "diff":
         _print_diffs(result, _use_color(color))
     _print_messages(result, quiet)
+    report_failed = False
     for report_path in reports:
         from migrator.report import write_report
 
-        write_report(report_path, result)
+        try:
+            write_report(report_path, result)
+        except OSError as exc:
+            click.echo(f"{report_path}: error: cannot write report: {exc.strerror}", err=True)
+            report_failed = True
     if not quiet:
         click.echo(_summary_line(result), err=True)
-    if result.failed:
+    if result.failed or report_failed:
         sys.exit(EXIT_FAILED)
     if check and result.changed:
         sys.exit(EXIT_CHANGES_PENDING)

@@ -1,21 +1,27 @@
 """Reports of a run: JSON for tools, Markdown for people, HTML for a reviewer's browser.
 
 All three are built from one dictionary (`build_report`) so they can never disagree about what was
-changed, warned about or failed.
+changed, warned about or failed. The HTML page's layout and style live in templates/review.html.
 """
 
 from __future__ import annotations
 
+import html
 import json
+import re
+import string
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from migrator.diffing import unified_diff
 from migrator.files import write_new_file
 
 if TYPE_CHECKING:
     from migrator.runner import FileOutcome, RunResult
 
 REPORT_VERSION = 1
+REPORT_SUFFIXES = (".json", ".md", ".html")
 
 
 def _file_entry(outcome: FileOutcome) -> dict[str, Any]:
@@ -27,6 +33,8 @@ def _file_entry(outcome: FileOutcome) -> dict[str, Any]:
     }
     if outcome.error is not None:
         entry["reason"] = outcome.error
+    if outcome.status == "changed" and outcome.old is not None and outcome.new is not None:
+        entry["diff"] = unified_diff(outcome.old, outcome.new, outcome.path)
     return entry
 
 
@@ -53,12 +61,109 @@ def build_report(result: RunResult) -> dict[str, Any]:
     }
 
 
+def _md_code(text: str) -> str:
+    """Inline code that survives backticks inside `text`."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _md_fence(text: str) -> str:
+    longest = max((len(m) for m in re.findall(r"^`{3,}", text, flags=re.M)), default=2)
+    return "`" * (longest + 1)
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    s = report["summary"]
+    out = [
+        "# npu-migrate report",
+        "",
+        f"Mode: {_md_code(report['mode'])}. Line numbers refer to the original files.",
+        "",
+        "| files scanned | files changed | changes | warnings | files failed | seconds |",
+        "|---:|---:|---:|---:|---:|---:|",
+        f"| {s['files_scanned']} | {s['files_changed']} | {s['changes']} | {s['warnings']} "
+        f"| {s['files_failed']} | {s['seconds']} |",
+    ]
+    if report["failed"]:
+        out += ["", "## Failed (left untouched)", ""]
+        out += [f"- {_md_code(f['path'])}: {f['reason']}" for f in report["failed"]]
+    reviewed = [f for f in report["files"] if f["status"] != "failed" or f["warnings"]]
+    if reviewed:
+        out += ["", "## Files"]
+    for entry in reviewed:
+        out += ["", f"### {_md_code(entry['path'])} ({entry['status']})"]
+        for title, key in (("Changes", "changes"), ("Warnings: review by hand", "warnings")):
+            if entry[key]:
+                out += ["", f"{title}:", ""]
+                out += [
+                    f"- line {f['line']}, {_md_code(f['rule'])}: {f['message']}" for f in entry[key]
+                ]
+        if "diff" in entry:
+            fence = _md_fence(entry["diff"])
+            out += ["", f"{fence}diff", entry["diff"].rstrip("\n"), fence]
+    return "\n".join(out) + "\n"
+
+
+def _html_diff(diff: str) -> str:
+    classes = (("+++ ", "head"), ("--- ", "head"), ("@@", "hunk"), ("+", "add"), ("-", "del"))
+    lines = []
+    for line in diff.splitlines():
+        css = next((c for prefix, c in classes if line.startswith(prefix)), None)
+        text = html.escape(line)
+        lines.append(f'<span class="{css}">{text}</span>' if css else text + "\n")
+    return '<pre class="diff">' + "".join(lines) + "</pre>"
+
+
+def _html_findings(findings: list[dict[str, Any]]) -> str:
+    items = "".join(
+        f'<li class="{html.escape(f["kind"])}">line {f["line"]}, '
+        f"<code>{html.escape(f['rule'])}</code>: {html.escape(f['message'])}</li>"
+        for f in findings
+    )
+    return f'<ul class="findings">{items}</ul>' if items else ""
+
+
+def render_html(report: dict[str, Any]) -> str:
+    parts: list[str] = []
+    if report["failed"]:
+        parts.append("<h2>Failed (left untouched)</h2><ul>")
+        parts += [
+            f"<li><code>{html.escape(f['path'])}</code>: {html.escape(f['reason'])}</li>"
+            for f in report["failed"]
+        ]
+        parts.append("</ul>")
+    reviewed = [f for f in report["files"] if f["status"] != "failed" or f["warnings"]]
+    if reviewed:
+        parts.append("<h2>Files</h2>")
+    for entry in reviewed:
+        status = html.escape(entry["status"])
+        parts.append(
+            f"<section><h3>{html.escape(entry['path'])}"
+            f'<span class="status status-{status}">{status}</span></h3>'
+        )
+        parts.append(_html_findings(entry["changes"] + entry["warnings"]))
+        if "diff" in entry:
+            parts.append(_html_diff(entry["diff"]))
+        parts.append("</section>")
+    page = resources.files("migrator").joinpath("templates", "review.html").read_text("utf-8")
+    values = {k: html.escape(str(v)) for k, v in report["summary"].items()}
+    return string.Template(page).substitute(
+        values, mode=html.escape(report["mode"]), body="\n".join(parts)
+    )
+
+
 def write_report(path: Path, result: RunResult) -> None:
     """Write the report in the format named by the file's suffix (.json, .md or .html)."""
     suffix = path.suffix.lower()
     data = build_report(result)
     if suffix == ".json":
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    elif suffix == ".md":
+        text = render_markdown(data)
+    elif suffix == ".html":
+        text = render_html(data)
     else:
         raise ValueError(f"report path must end in .json, .md or .html, got {str(path)!r}")
     write_new_file(path, text.encode("utf-8"))
