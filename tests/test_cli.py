@@ -1,0 +1,333 @@
+"""The `npu-migrate` command end to end: modes, exit codes, failures, parallelism, start-up cost.
+
+Every test runs the real CLI in a subprocess on real files in a temporary directory. The rewrites
+themselves are tested by the codemod tests; here a file "needs porting" when it uses
+tf.contrib.mixed_precision, and a ported file must no longer mention tf.contrib.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_runner import cli_env, run_cli
+
+PORTABLE = (
+    b"import tensorflow as tf\n"
+    b"\n"
+    b"# keep this comment\n"
+    b"m = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
+)
+# Passes the byte pre-filter (mentions loss_scale) but has nothing to port.
+NOTHING_TO_PORT = b"# loss_scale is discussed here only\nx = 1\n"
+BROKEN = b"import tensorflow as tf\ndef f(:\n    tf.contrib.mixed_precision\n"
+
+SUMMARY = re.compile(
+    r"^npu-migrate: (\d+) files scanned, (\d+) (?:would change|changed), (\d+) warnings, "
+    r"(\d+) failed \(\d+\.\d\ds\)$"
+)
+
+
+def summary(stderr: str) -> tuple[int, int, int, int]:
+    last = stderr.strip().splitlines()[-1]
+    match = SUMMARY.match(last)
+    assert match, f"no summary line in stderr: {stderr!r}"
+    scanned, changed, warnings, failed = (int(g) for g in match.groups())
+    return scanned, changed, warnings, failed
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def make_tree(root: Path, files: dict[str, bytes]) -> Path:
+    for name, data in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+def assert_ported(data: bytes) -> None:
+    assert b"contrib" not in data
+    assert b"# keep this comment\n" in data
+
+
+def test_diff_mode_prints_a_diff_and_writes_nothing(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src", {"train.py": PORTABLE, "util.py": b"x = 1\n"})
+    before = snapshot(src)
+    proc = run_cli("src", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(src) == before
+    assert proc.stdout.startswith("--- a/src/train.py\n+++ b/src/train.py\n@@ ")
+    assert "-m = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n" in proc.stdout
+    assert "util.py" not in proc.stdout
+    assert "\x1b[" not in proc.stdout
+    assert summary(proc.stderr) == (2, 1, 0, 0)
+    assert " would change," in proc.stderr
+
+
+def test_printed_diff_applies_with_patch_and_equals_write(tmp_path: Path) -> None:
+    files = {"a/train.py": PORTABLE, "b.py": PORTABLE.replace(b"128", b"64")}
+    reviewed = make_tree(tmp_path / "reviewed", files)
+    written = make_tree(tmp_path / "written", files)
+    diff = run_cli(".", cwd=reviewed).stdout
+    subprocess.run(["patch", "-p1", "-s"], cwd=reviewed, input=diff.encode(), check=True)
+    assert run_cli(".", "--write", cwd=written).returncode == 0
+    assert snapshot_bytes(reviewed) == snapshot_bytes(written)
+    assert_ported((written / "a/train.py").read_bytes())
+
+
+def snapshot_bytes(root: Path) -> dict[str, bytes]:
+    return {k: v[0] for k, v in snapshot(root).items()}
+
+
+def test_write_is_atomic_keeps_mode_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"train.py": PORTABLE, "same.py": NOTHING_TO_PORT})
+    train, same = tmp_path / "train.py", tmp_path / "same.py"
+    train.chmod(0o751)
+    inode_before = train.stat().st_ino
+    same_before = same.stat()
+    proc = run_cli("--write", ".", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert_ported(train.read_bytes())
+    # A new inode: the file was replaced whole (temp file + rename), not rewritten in place.
+    assert train.stat().st_ino != inode_before
+    assert stat.S_IMODE(train.stat().st_mode) == 0o751
+    # A file with nothing to port is not even rewritten.
+    assert same.stat().st_ino == same_before.st_ino
+    assert same.stat().st_mtime_ns == same_before.st_mtime_ns
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["same.py", "train.py"]
+    assert summary(proc.stderr) == (2, 1, 0, 0)
+    assert " changed," in proc.stderr
+
+
+def test_write_through_a_symlink_updates_the_target_and_keeps_the_link(tmp_path: Path) -> None:
+    real = make_tree(tmp_path / "real", {"train.py": PORTABLE}) / "train.py"
+    link = tmp_path / "link.py"
+    link.symlink_to(real)
+    assert run_cli("--write", link).returncode == 0
+    assert link.is_symlink()
+    assert_ported(real.read_bytes())
+
+
+def test_second_run_changes_nothing(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"train.py": PORTABLE, "pkg/opt.py": PORTABLE})
+    assert run_cli("--write", ".", cwd=tmp_path).returncode == 0
+    after_first = snapshot(tmp_path)
+    check = run_cli("--check", ".", cwd=tmp_path)
+    assert check.returncode == 0, check.stdout
+    assert check.stdout == ""
+    assert run_cli("--write", ".", cwd=tmp_path).returncode == 0
+    assert snapshot(tmp_path) == after_first
+
+
+def test_check_exit_codes(tmp_path: Path) -> None:
+    clean = make_tree(tmp_path / "clean", {"a.py": b"x = 1\n", "b.py": NOTHING_TO_PORT})
+    pending = make_tree(tmp_path / "pending", {"a.py": PORTABLE})
+    broken = make_tree(tmp_path / "broken", {"a.py": PORTABLE, "bad.py": BROKEN})
+    assert run_cli("--check", clean).returncode == 0
+    proc = run_cli("--check", pending)
+    assert proc.returncode == 1
+    assert "+++ b/" in proc.stdout
+    # A failed file outranks pending changes: CI must see that something could not be handled.
+    assert run_cli("--check", broken).returncode == 123
+
+
+def test_broken_file_is_reported_untouched_and_the_rest_is_processed(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"bad.py": BROKEN, "good.py": PORTABLE})
+    proc = run_cli("--write", ".", "--report", "r.json", cwd=tmp_path)
+    assert proc.returncode == 123
+    assert (tmp_path / "bad.py").read_bytes() == BROKEN
+    assert_ported((tmp_path / "good.py").read_bytes())
+    assert re.search(r"^bad\.py: error: syntax error", proc.stderr, re.M), proc.stderr
+    assert summary(proc.stderr) == (2, 1, 0, 1)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["failed"] == [{"path": "bad.py", "reason": report["failed"][0]["reason"]}]
+    assert "line 2" in report["failed"][0]["reason"]
+
+
+def test_python2_and_undecodable_files_are_failures_with_reasons(tmp_path: Path) -> None:
+    py2 = b"import tensorflow as tf\nprint 'loss_scale', tf.contrib.mixed_precision\n"
+    undecodable = b"x = 'loss_scale \xff\xfe'\n"  # invalid UTF-8 and no coding cookie
+    make_tree(tmp_path, {"py2.py": py2, "latin.py": undecodable})
+    proc = run_cli("--write", "--report", "r.json", ".", cwd=tmp_path)
+    assert proc.returncode == 123
+    assert (tmp_path / "py2.py").read_bytes() == py2
+    assert (tmp_path / "latin.py").read_bytes() == undecodable
+    reasons = {
+        f["path"]: f["reason"] for f in json.loads((tmp_path / "r.json").read_text())["failed"]
+    }
+    assert set(reasons) == {"py2.py", "latin.py"}
+    assert "syntax" in reasons["py2.py"]
+    assert "decode" in reasons["latin.py"]
+
+
+def test_dangling_symlink_is_an_unreadable_file(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"good.py": PORTABLE})
+    (tmp_path / "gone.py").symlink_to(tmp_path / "missing.py")
+    proc = run_cli("--write", ".", cwd=tmp_path)
+    assert proc.returncode == 123
+    assert "gone.py: error: cannot read: No such file or directory" in proc.stderr
+    assert_ported((tmp_path / "good.py").read_bytes())
+
+
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads files whatever their mode"
+)
+def test_file_without_read_permission_is_a_failure(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"secret.py": PORTABLE, "good.py": PORTABLE})
+    (tmp_path / "secret.py").chmod(0)
+    proc = run_cli("--write", ".", cwd=tmp_path)
+    assert proc.returncode == 123
+    assert "secret.py: error: cannot read: Permission denied" in proc.stderr
+    assert_ported((tmp_path / "good.py").read_bytes())
+
+
+def test_output_dir_mirrors_relative_to_the_common_root(tmp_path: Path) -> None:
+    src = make_tree(
+        tmp_path / "src",
+        {"pkg/train.py": PORTABLE, "pkg/same.py": NOTHING_TO_PORT, "tool.py": b"x = 1\n"},
+    )
+    before = snapshot(src)
+    out = tmp_path / "out"
+    proc = run_cli(
+        "src/pkg/train.py", "src/pkg/same.py", "src/tool.py", "--output-dir", out, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert snapshot(src) == before
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*.py")) == ["pkg/train.py"]
+    assert_ported((out / "pkg/train.py").read_bytes())
+
+
+def test_output_dir_copy_unchanged_copies_bytes_including_failures(tmp_path: Path) -> None:
+    files = {
+        "pkg/train.py": PORTABLE,
+        "pkg/same.py": NOTHING_TO_PORT,
+        "tool.py": b"x = 1\r\n",
+        "bad.py": BROKEN,
+    }
+    src = make_tree(tmp_path / "src", files)
+    out = tmp_path / "out"
+    proc = run_cli(src, "--output-dir", out, "--copy-unchanged")
+    assert proc.returncode == 123
+    for name in ("pkg/same.py", "tool.py", "bad.py"):
+        assert (out / name).read_bytes() == files[name]
+    assert_ported((out / "pkg/train.py").read_bytes())
+    assert snapshot_bytes(src) == files
+
+
+def test_output_dir_inside_the_input_is_not_scanned_again(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"train.py": PORTABLE})
+    assert run_cli(".", "--output-dir", "ported", cwd=tmp_path).returncode == 0
+    proc = run_cli(".", "--output-dir", "ported", cwd=tmp_path)
+    assert summary(proc.stderr)[0] == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--write", "--output-dir", "out"],
+        ["--check", "--write"],
+        ["--check", "--output-dir", "out"],
+        ["--copy-unchanged"],
+        ["--output-dir", "."],
+        ["--report", "r.txt"],
+        ["--jobs", "0"],
+        ["--distributed", "sometimes"],
+        ["missing.py"],
+    ],
+)
+def test_usage_errors_exit_2_and_touch_nothing(tmp_path: Path, args: list[str]) -> None:
+    make_tree(tmp_path, {"train.py": PORTABLE})
+    proc = run_cli(*args, "train.py", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Usage: npu-migrate" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+    assert (tmp_path / "train.py").read_bytes() == PORTABLE
+
+
+def test_no_paths_is_a_usage_error() -> None:
+    assert run_cli().returncode == 2
+
+
+def test_jobs_1_and_2_give_the_same_output(tmp_path: Path) -> None:
+    files = {f"m{i:02d}.py": PORTABLE.replace(b"128", str(i).encode()) for i in range(12)}
+    files |= {f"n{i:02d}.py": NOTHING_TO_PORT for i in range(6)}
+    files["bad.py"] = BROKEN
+    make_tree(tmp_path, files)
+    one = run_cli(".", "--jobs", "1", "--report", "one.json", cwd=tmp_path)
+    two = run_cli(".", "--jobs", "2", "--report", "two.json", cwd=tmp_path)
+    assert one.returncode == two.returncode == 123
+    assert one.stdout == two.stdout
+    assert one.stdout.count("+++ b/") == 12
+    reports = [json.loads((tmp_path / n).read_text()) for n in ("one.json", "two.json")]
+    for r in reports:
+        del r["summary"]["seconds"]
+    assert reports[0] == reports[1]
+
+
+def test_quiet_keeps_errors_and_drops_the_summary(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"bad.py": BROKEN, "ok.py": NOTHING_TO_PORT})
+    proc = run_cli("-q", ".", cwd=tmp_path)
+    assert proc.returncode == 123
+    assert proc.stderr.startswith("bad.py: error: ")
+    assert "files scanned" not in proc.stderr
+
+
+def test_color_is_forced_by_flag_and_off_when_piped(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"train.py": PORTABLE})
+    assert "\x1b[" not in run_cli(".", cwd=tmp_path).stdout
+    colored = run_cli(".", "--color", cwd=tmp_path).stdout
+    assert "\x1b[31m-m = tf.contrib" in colored
+    assert "\x1b[32m+" in colored
+
+
+def test_version() -> None:
+    proc = run_cli("--version")
+    assert proc.returncode == 0
+    assert re.fullmatch(r"npu-migrate \S+.*\n", proc.stdout)
+
+
+def _imported_modules(*args: str, cwd: Path | None = None) -> set[str]:
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "migrator", *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        cwd=cwd,
+    )
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+
+
+def test_help_and_a_run_never_import_tensorflow(tmp_path: Path) -> None:
+    help_modules = _imported_modules("--help")
+    assert "click" in help_modules
+    assert not any(m.split(".")[0] in {"tensorflow", "libcst"} for m in help_modules)
+    make_tree(tmp_path, {"train.py": PORTABLE})
+    run_modules = _imported_modules(".", cwd=tmp_path)
+    assert "libcst" in run_modules
+    assert not any(m.split(".")[0] in {"tensorflow", "keras"} for m in run_modules)
+
+
+def test_tree_without_candidates_does_not_load_libcst(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"a.py": b"x = 1\n", "b.py": b"import os\n"})
+    modules = _imported_modules(".", cwd=tmp_path)
+    assert "migrator.runner" in modules
+    assert "libcst" not in modules
