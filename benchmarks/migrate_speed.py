@@ -1,0 +1,305 @@
+"""How fast is `npu-migrate --check` on a large tree, next to TensorFlow's own `tf_upgrade_v2`?
+
+Generates a seeded tree of realistic TF1 training code (mostly models, input pipelines and
+utilities with no loss-scale code at all; a few per cent using tf.contrib.mixed_precision, some of
+them with a BERT-style `create_optimizer`), then times both tools on it as subprocesses, by wall
+clock, interleaved when repeated, and prints the medians and the ratio ours / tf_upgrade_v2.
+The target is a ratio of at most 0.1. Also prints how long `npu-migrate --help` takes.
+
+    .venv/bin/python benchmarks/migrate_speed.py [--files 2000] [--repeats 1] [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parent.parent
+
+HEADER = '''# Copyright {year} The {org} Authors. All Rights Reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+"""{doc}"""
+
+from __future__ import absolute_import, division, print_function
+
+import collections
+import os
+
+import numpy as np
+import tensorflow as tf
+'''
+
+MODEL_BLOCK = '''
+
+def {name}_block(inputs, filters, is_training, scope="{name}"):
+    """Conv, batch norm and ReLU, the way TF1 ResNets were written."""
+    with tf.variable_scope(scope, reuse=tf.AUTO_REUSE):
+        kernel = tf.get_variable(
+            "kernel", [3, 3, inputs.shape[-1], filters],
+            initializer=tf.contrib.layers.xavier_initializer())
+        net = tf.nn.conv2d(inputs, kernel, strides=[1, 1, 1, 1], padding="SAME")
+        net = tf.layers.batch_normalization(net, training=is_training, momentum={momentum})
+        net = tf.nn.relu(net)
+        net = tf.layers.dropout(net, rate={rate}, training=is_training)
+        tf.summary.histogram("{name}_activations", net)
+        return net
+
+
+def {name}_head(features, num_classes={classes}):
+    net = tf.reduce_mean(features, axis=[1, 2], keep_dims=True)
+    net = tf.squeeze(net, axis=[1, 2])
+    logits = tf.layers.dense(net, num_classes, name="{name}_logits")
+    probabilities = tf.nn.softmax(logits, dim=-1)
+    return logits, probabilities
+'''
+
+DATA_BLOCK = """
+
+def {name}_parse(serialized):
+    features = tf.parse_single_example(serialized, {{
+        "image/encoded": tf.FixedLenFeature([], tf.string),
+        "image/class/label": tf.FixedLenFeature([], tf.int64, default_value=-1),
+        "image/height": tf.FixedLenFeature([], tf.int64),
+    }})
+    image = tf.image.decode_jpeg(features["image/encoded"], channels=3)
+    image = tf.image.resize_images(image, [{size}, {size}])
+    image = tf.to_float(image) / 255.0
+    label = tf.cast(features["image/class/label"], tf.int32)
+    return image, label
+
+
+def {name}_input_fn(file_pattern, batch_size={batch}, is_training=True):
+    files = tf.gfile.Glob(file_pattern)
+    dataset = tf.data.TFRecordDataset(files, num_parallel_reads=8)
+    if is_training:
+        dataset = dataset.shuffle(buffer_size={buffer}).repeat()
+    dataset = dataset.map({name}_parse, num_parallel_calls=4)
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    iterator = dataset.make_one_shot_iterator()
+    return iterator.get_next()
+"""
+
+UTIL_BLOCK = '''
+
+class {cls}(object):
+    """Keeps running statistics of {name} for logging."""
+
+    def __init__(self, window={window}):
+        self.window = window
+        self.values = collections.deque(maxlen=window)
+
+    def update(self, value):
+        self.values.append(float(value))
+        return self.mean()
+
+    def mean(self):
+        if not self.values:
+            return 0.0
+        return sum(self.values) / len(self.values)
+
+
+def {name}_log(step, values, log_dir="/tmp/{name}"):
+    if not os.path.isdir(log_dir):
+        os.makedirs(log_dir)
+    line = " ".join("%s=%.4f" % (k, v) for k, v in sorted(values.items()))
+    tf.logging.info("step %d: %s", step, line)
+    return np.asarray(list(values.values()), dtype=np.float32)
+'''
+
+TRAIN_BLOCK = """
+
+def {name}_train(loss, learning_rate={lr}):
+    global_step = tf.train.get_or_create_global_step()
+    optimizer = tf.train.MomentumOptimizer(learning_rate, momentum=0.9)
+    update_ops = tf.get_collection(tf.GraphKeys.UPDATE_OPS)
+    with tf.control_dependencies(update_ops):
+        train_op = optimizer.minimize(loss, global_step=global_step)
+    saver = tf.train.Saver(max_to_keep=5)
+    return train_op, saver
+"""
+
+MIXED_PRECISION_BLOCK = """
+
+def build_mixed_precision_optimizer(learning_rate, dynamic={dynamic}):
+    opt = tf.train.AdamOptimizer(learning_rate)
+    if dynamic:
+        manager = tf.contrib.mixed_precision.ExponentialUpdateLossScaleManager(
+            init_loss_scale=2 ** 32, incr_every_n_steps=1000, decr_every_n_nan_or_inf=2,
+            decr_ratio=0.5)
+    else:
+        manager = tf.contrib.mixed_precision.FixedLossScaleManager({scale})
+    return tf.contrib.mixed_precision.LossScaleOptimizer(opt, manager)
+"""
+
+BERT_BLOCK = '''
+
+def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_fp16=True):
+    """Creates an optimizer training op (BERT style)."""
+    global_step = tf.train.get_or_create_global_step()
+    learning_rate = tf.constant(value=init_lr, shape=[], dtype=tf.float32)
+    learning_rate = tf.train.polynomial_decay(
+        learning_rate, global_step, num_train_steps, end_learning_rate=0.0, power=1.0)
+    optimizer = tf.train.AdamOptimizer(learning_rate=learning_rate, epsilon=1e-6)
+    if use_fp16:
+        loss_scale_manager = tf.contrib.mixed_precision.ExponentialUpdateLossScaleManager(
+            init_loss_scale=2 ** 32, incr_every_n_steps=1000, decr_every_n_nan_or_inf=2,
+            decr_ratio=0.5)
+        optimizer = tf.contrib.mixed_precision.LossScaleOptimizer(optimizer, loss_scale_manager)
+    tvars = tf.trainable_variables()
+    grads_and_vars = optimizer.compute_gradients(loss, tvars)
+    grads = [g for g, _ in grads_and_vars]
+    (grads, _) = tf.clip_by_global_norm(grads, clip_norm=1.0)
+    train_op = optimizer.apply_gradients(list(zip(grads, tvars)), global_step=global_step)
+    new_global_step = global_step + 1
+    train_op = tf.group(train_op, [global_step.assign(new_global_step)])
+    return train_op
+'''
+
+WORDS = [
+    "resnet",
+    "bottleneck",
+    "encoder",
+    "decoder",
+    "attention",
+    "embed",
+    "stem",
+    "pool",
+    "vision",
+    "speech",
+    "ranker",
+    "tower",
+    "mixer",
+    "cifar",
+    "imagenet",
+    "squad",
+]
+
+
+def generate_file(rng: random.Random, index: int) -> str:
+    kind = rng.random()
+    text = HEADER.format(
+        year=rng.randint(2016, 2020),
+        org=rng.choice(["TensorFlow", "Acme"]),
+        doc=f"Module {index}: generated training code.",
+    )
+    blocks = rng.randint(8, 14)
+    for b in range(blocks):
+        name = f"{rng.choice(WORDS)}_{index}_{b}"
+        block = rng.choice([MODEL_BLOCK, MODEL_BLOCK, DATA_BLOCK, UTIL_BLOCK, TRAIN_BLOCK])
+        text += block.format(
+            name=name,
+            cls=name.title().replace("_", ""),
+            momentum=rng.choice([0.9, 0.997]),
+            rate=rng.choice([0.1, 0.2, 0.5]),
+            classes=rng.choice([10, 100, 1000]),
+            size=rng.choice([224, 299, 32]),
+            batch=rng.choice([32, 64, 256]),
+            buffer=rng.choice([1000, 10000]),
+            window=rng.choice([10, 100]),
+            lr=rng.choice([0.1, 0.01]),
+        )
+    if kind < 0.03:
+        text += MIXED_PRECISION_BLOCK.format(
+            dynamic=rng.choice([True, False]), scale=rng.choice([128, 512, 1024])
+        )
+    elif kind < 0.05:
+        text += BERT_BLOCK
+    return text
+
+
+def generate_tree(root: Path, files: int, seed: int) -> tuple[int, int]:
+    rng = random.Random(seed)
+    lines = 0
+    for i in range(files):
+        package = root / f"pkg{i % 23:02d}" / f"sub{i % 7}"
+        package.mkdir(parents=True, exist_ok=True)
+        text = generate_file(rng, i)
+        lines += text.count("\n")
+        (package / f"module_{i:05d}.py").write_text(text)
+    return files, lines
+
+
+def ours_command(tree: Path, jobs: int | None) -> list[str]:
+    script = BIN / "npu-migrate"
+    base = [str(script)] if script.exists() else [sys.executable, "-m", "migrator"]
+    extra = ["--jobs", str(jobs)] if jobs else []
+    return [*base, "--check", "--quiet", *extra, str(tree)]
+
+
+def timed(cmd: list[str], ok_codes: tuple[int, ...]) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+    elapsed = time.perf_counter() - start
+    if proc.returncode not in ok_codes:
+        raise SystemExit(f"{cmd[0]} exited {proc.returncode}: {proc.stderr.decode()[-2000:]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=2000, help="files in the generated tree")
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved runs of each tool")
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="npu-migrate --jobs (default: its own)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.files < 1 or args.repeats < 1:
+        parser.error("--files and --repeats must be at least 1")
+
+    upgrade = BIN / "tf_upgrade_v2"
+    if not upgrade.exists():
+        raise SystemExit(f"tf_upgrade_v2 not found next to {sys.executable}")
+    env_note = f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
+    with tempfile.TemporaryDirectory(prefix="npu-migrate-bench-") as tmp:
+        tree = Path(tmp) / "tree"
+        files, lines = generate_tree(tree, args.files, args.seed)
+        print(f"tree: {files} files, {lines} lines ({env_note})")
+
+        help_times = [timed([*ours_command(tree, None)[:1], "--help"], (0,)) for _ in range(5)]
+        print(f"npu-migrate --help: median {statistics.median(help_times) * 1000:.0f} ms")
+
+        ours: list[float] = []
+        theirs: list[float] = []
+        for i in range(args.repeats):
+            ours.append(timed(ours_command(tree, args.jobs), (0, 1)))
+            out = Path(tmp) / f"upgraded{i}"
+            theirs.append(
+                timed(
+                    [
+                        str(upgrade),
+                        "--intree",
+                        str(tree),
+                        "--outtree",
+                        str(out),
+                        "--reportfile",
+                        str(Path(tmp) / f"report{i}.txt"),
+                    ],
+                    (0,),
+                )
+            )
+            shutil.rmtree(out, ignore_errors=True)
+            print(
+                f"run {i + 1}: npu-migrate --check {ours[-1]:.2f} s, "
+                f"tf_upgrade_v2 {theirs[-1]:.2f} s"
+            )
+
+    mine, base = statistics.median(ours), statistics.median(theirs)
+    print(f"npu-migrate --check: median {mine:.2f} s ({lines / mine:,.0f} lines/s)")
+    print(f"tf_upgrade_v2:       median {base:.2f} s ({lines / base:,.0f} lines/s)")
+    print(f"ratio ours / tf_upgrade_v2: {mine / base:.3f} (target <= 0.1)")
+
+
+if __name__ == "__main__":
+    main()
