@@ -60,22 +60,20 @@ def _check_ratio(name: str, value: object, low: float, high: float | None) -> fl
 
 
 def _state_variable(initial_value: object, dtype: tf.DType, name: str) -> tf.Variable:
-    """Create a non-trainable state variable that is safe wherever the manager is built.
+    """Create a non-trainable resource variable that is safe wherever the manager is built.
 
     tf.init_scope drops any enclosing tf.control_dependencies (the vendor warns that building the
-    manager inside one misorders the graph) and lifts creation out of a tf.function. In a plain
-    TF1-style graph a reference variable is used so that fetching 'loss_scale:0', as the vendor
-    FAQ does, yields the value rather than a resource handle; under a distribution strategy, or
-    eagerly, TF needs resource variables.
+    manager inside one misorders the graph) and lifts creation out of a tf.function. Resource
+    variables, not TF1 reference variables, because TF2's functional tf.cond/while_loop (used
+    in tf.compat.v1 graphs too) cannot assign to reference variables inside a branch. The cost:
+    fetching 'loss_scale:0' by name yields the resource handle, not the value.
     """
     with tf.init_scope():
-        use_resource = tf.executing_eagerly() or tf.distribute.has_strategy()
-        variable = tf.compat.v1.Variable(
+        variable = tf.Variable(
             initial_value,
             dtype=dtype,
             trainable=False,
             name=name,
-            use_resource=use_resource,
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
     return variable

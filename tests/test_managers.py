@@ -1,0 +1,523 @@
+"""Loss-scale managers in real TF graphs/sessions and eagerly, checked against the reference rule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from npu_lossscale.managers import (
+    ExponentialUpdateLossScaleManager,
+    FixedLossScaleManager,
+    LossScaleManager,
+)
+from npu_lossscale.modes import OverflowMode
+from update_rule_reference import ReferenceState, reference_run, reference_step
+
+# (init_loss_scale, hyper-parameters, probability that a step is finite)
+HYPER_SETS = {
+    "every-step": (
+        2.0**10,
+        dict(incr_every_n_steps=1, decr_every_n_nan_or_inf=1, incr_ratio=2, decr_ratio=0.5),
+        0.5,
+    ),
+    "ratio-3": (
+        2.0**15,
+        dict(incr_every_n_steps=3, decr_every_n_nan_or_inf=2, incr_ratio=3, decr_ratio=0.8),
+        0.7,
+    ),
+    "vendor-like": (
+        2**32,
+        dict(incr_every_n_steps=5, decr_every_n_nan_or_inf=2, incr_ratio=2, decr_ratio=0.5),
+        0.8,
+    ),
+    "floor-and-cap": (
+        16,
+        dict(
+            incr_every_n_steps=2,
+            decr_every_n_nan_or_inf=1,
+            incr_ratio=3,
+            decr_ratio=0.8,
+            min_loss_scale=4,
+            max_loss_scale=1000,
+        ),
+        0.5,
+    ),
+    "ceiling": (
+        2.0**125,
+        dict(incr_every_n_steps=1, decr_every_n_nan_or_inf=3, incr_ratio=3, decr_ratio=0.8),
+        0.9,
+    ),
+    "mostly-overflow": (
+        2.0**20,
+        dict(incr_every_n_steps=4, decr_every_n_nan_or_inf=3, incr_ratio=2, decr_ratio=0.8),
+        0.2,
+    ),
+}
+
+
+def _steps(seed: int, n: int, p_finite: float) -> list[bool]:
+    rng = np.random.default_rng(seed)
+    return [bool(x) for x in rng.random(n) < p_finite]
+
+
+def _assert_state(actual, expected: ReferenceState, where: str) -> None:
+    scale, good, bad, skipped = actual
+    assert np.float32(scale) == expected.scale, f"{where}: scale {scale!r} != {expected.scale!r}"
+    assert (int(good), int(bad), int(skipped)) == (expected.good, expected.bad, expected.skipped), (
+        f"{where}: counters {(good, bad, skipped)} != "
+        f"{(expected.good, expected.bad, expected.skipped)}"
+    )
+
+
+def _state_vars(manager):
+    return [
+        manager.get_loss_scale(),
+        manager.variables[1],
+        manager.variables[2],
+        manager.skipped_steps,
+    ]
+
+
+# ---- the update rule, step by step ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(HYPER_SETS))
+def test_rule_matches_reference_in_graph_mode(name):
+    init, hyper, p_finite = HYPER_SETS[name]
+    steps = _steps(seed=sorted(HYPER_SETS).index(name), n=400, p_finite=p_finite)
+    expected = reference_run(init, steps, **hyper)
+    g = tf.Graph()
+    with g.as_default():
+        manager = ExponentialUpdateLossScaleManager(init, **hyper)
+        finite = tf.compat.v1.placeholder(tf.bool, [])
+        update = manager.update_loss_scale(finite)
+        # One run per step: the update, then reads of the new state ordered after it.
+        with tf.control_dependencies([update]):
+            after = [tf.identity(v) for v in _state_vars(manager)]
+        init_op = tf.compat.v1.global_variables_initializer()
+        initial_scale = manager.get_loss_scale()
+        g.finalize()  # the loop must not grow the graph
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(init_op)
+            assert sess.run(initial_scale) == np.float32(init)
+            for i, (step, want) in enumerate(zip(steps, expected)):
+                _assert_state(sess.run(after, {finite: step}), want, f"{name} step {i}")
+
+
+@pytest.mark.parametrize("name", ["every-step", "floor-and-cap", "ceiling"])
+def test_rule_matches_reference_eagerly(name):
+    init, hyper, p_finite = HYPER_SETS[name]
+    steps = _steps(seed=100 + sorted(HYPER_SETS).index(name), n=120, p_finite=p_finite)
+    expected = reference_run(init, steps, **hyper)
+    manager = ExponentialUpdateLossScaleManager(init, **hyper)
+    for i, (step, want) in enumerate(zip(steps, expected)):
+        manager.update_loss_scale(step)
+        _assert_state([v.numpy() for v in _state_vars(manager)], want, f"{name} step {i}")
+
+
+def test_rule_matches_reference_inside_tf_function():
+    init, hyper, p_finite = HYPER_SETS["ratio-3"]
+    steps = _steps(seed=7, n=120, p_finite=p_finite)
+    expected = reference_run(init, steps, **hyper)
+    manager = ExponentialUpdateLossScaleManager(init, **hyper)
+
+    @tf.function
+    def train_step(finite):
+        manager.update_loss_scale(finite)
+
+    for i, (step, want) in enumerate(zip(steps, expected)):
+        train_step(tf.constant(step))
+        _assert_state([v.numpy() for v in _state_vars(manager)], want, f"tf.function step {i}")
+
+
+def _run_eager(manager, steps):
+    out = []
+    for step in steps:
+        manager.update_loss_scale(step)
+        out.append(tuple(v.numpy().item() for v in _state_vars(manager)))
+    return out
+
+
+def test_hand_computed_sequence():
+    # Worked by hand from the rule: a finite step leaves the bad counter alone, so the second
+    # overflow (step 5) reaches decr_every_n_nan_or_inf=2 even though a clean step came between.
+    manager = ExponentialUpdateLossScaleManager(4, 2, 2, 2, 0.5)
+    got = _run_eager(manager, [True, True, False, True, False, False])
+    assert got == [
+        (4.0, 1, 0, 0),
+        (8.0, 0, 0, 0),
+        (8.0, 0, 1, 1),
+        (8.0, 1, 1, 1),
+        (4.0, 0, 0, 2),
+        (4.0, 0, 1, 3),
+    ]
+
+
+def test_vendor_defaults_with_bert_initial_scale():
+    # BERT's init_loss_scale=2**32 with vendor defaults decr_every_n_nan_or_inf=2, decr_ratio=0.8.
+    # float32(0.8) = 0.800000011920929; times 2**32 is exact: 3435973888.
+    manager = ExponentialUpdateLossScaleManager(init_loss_scale=2**32, incr_every_n_steps=1000)
+    assert manager.get_loss_scale().numpy() == 4294967296.0
+    got = _run_eager(manager, [False, False])
+    assert got == [(4294967296.0, 0, 1, 1), (3435973888.0, 0, 0, 2)]
+
+
+def test_float32_ceiling_keeps_scale_and_resets_counters():
+    top = float(np.finfo(np.float32).max)
+    manager = ExponentialUpdateLossScaleManager(2.0**127, 2, incr_ratio=2)
+    got = _run_eager(manager, [True, True, True, True])
+    assert got == [(2.0**127, 1, 0, 0), (2.0**127, 0, 0, 0), (2.0**127, 1, 0, 0), (2.0**127, 0, 0, 0)]
+    assert math.isfinite(manager.get_loss_scale().numpy()) and 2.0**127 < top
+
+
+def test_floor_is_min_loss_scale():
+    manager = ExponentialUpdateLossScaleManager(
+        16, 10, decr_every_n_nan_or_inf=1, decr_ratio=0.5, min_loss_scale=4
+    )
+    got = [s for s, *_ in _run_eager(manager, [False] * 4)]
+    assert got == [8.0, 4.0, 4.0, 4.0]
+
+
+def test_default_floor_is_one():
+    manager = ExponentialUpdateLossScaleManager(3, 10, 1, decr_ratio=0.5)
+    assert [s for s, *_ in _run_eager(manager, [False] * 3)] == [1.5, 1.0, 1.0]
+
+
+def test_max_loss_scale_clamps_increase_to_the_cap():
+    manager = ExponentialUpdateLossScaleManager(64, 1, max_loss_scale=100)
+    assert [s for s, *_ in _run_eager(manager, [True] * 3)] == [100.0, 100.0, 100.0]
+
+
+def test_max_loss_scale_clamps_an_increase_past_float32_range():
+    manager = ExponentialUpdateLossScaleManager(2.0**127, 1, max_loss_scale=2.0**127 * 1.5)
+    assert [s for s, *_ in _run_eager(manager, [True, True])] == [2.0**127 * 1.5] * 2
+
+
+# ---- Fixed manager -------------------------------------------------------------------------
+
+
+def test_fixed_manager_graph_mode():
+    g = tf.Graph()
+    with g.as_default():
+        manager = FixedLossScaleManager(1024)
+        finite = tf.compat.v1.placeholder(tf.bool, [])
+        update = manager.update_loss_scale(finite)
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in [True, False, False, True, False]:
+                sess.run(update, {finite: step})
+            assert sess.run(manager.get_loss_scale()) == 1024.0
+            assert sess.run(manager.skipped_steps) == 3
+            # The vendor FAQ's logging hook fetches the scale by name.
+            assert sess.run("loss_scale:0") == 1024.0
+    assert manager.enable_overflow_check is True
+    assert manager.skipped_steps.dtype == tf.int64
+    assert isinstance(manager, LossScaleManager)
+
+
+def test_fixed_manager_eager():
+    manager = FixedLossScaleManager(2**15, False, overflow_mode="SATURATION")
+    for step in [False, True, False]:
+        manager.update_loss_scale(tf.constant(step))
+    assert manager.get_loss_scale().dtype == tf.float32
+    assert manager.get_loss_scale().numpy() == 32768.0
+    assert manager.skipped_steps.numpy() == 2
+    assert manager.enable_overflow_check is False
+    assert manager.overflow_mode is OverflowMode.SATURATION
+    assert manager.variables == [manager.skipped_steps]
+
+
+def test_exponential_attributes(monkeypatch):
+    monkeypatch.setenv("INF_NAN_MODE_ENABLE", "0")
+    manager = ExponentialUpdateLossScaleManager(8, 100)
+    assert manager.overflow_mode is OverflowMode.SATURATION
+    assert manager.enable_overflow_check is True
+    assert manager.get_loss_scale().dtype == tf.float32
+    assert ExponentialUpdateLossScaleManager(8, 100, overflow_mode="inf_nan").overflow_mode is (
+        OverflowMode.INF_NAN
+    )
+
+
+def test_non_boolean_finite_flag_is_rejected():
+    manager = ExponentialUpdateLossScaleManager(8, 100)
+    with pytest.raises(ValueError, match="finite_grads.*float32"):
+        manager.update_loss_scale(tf.constant(1.0))
+
+
+# ---- variables and checkpoints -------------------------------------------------------------
+
+
+def test_variables_are_non_trainable_globals_with_stable_names():
+    g = tf.Graph()
+    with g.as_default():
+        manager = ExponentialUpdateLossScaleManager(2**16, 100)
+        names = sorted(v.op.name for v in manager.variables)
+        assert names == sorted(
+            [
+                "loss_scale",
+                "good_steps",
+                "bad_steps",
+                "loss_scale_skipped_steps",
+                "loss_scale_skips_at_floor",
+            ]
+        )
+        assert set(manager.variables) <= set(tf.compat.v1.global_variables())
+        assert not tf.compat.v1.trainable_variables()
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            assert sess.run(manager.get_loss_scale()) == 65536.0
+
+
+def test_update_inside_tf_cond_branch_in_graph_mode():
+    # An optimizer may update the scale inside one branch of tf.cond (functional cond_v2 in TF2
+    # graphs); that needs resource variables.
+    g = tf.Graph()
+    with g.as_default():
+        manager = ExponentialUpdateLossScaleManager(8, 1, 1, decr_ratio=0.5)
+        finite = tf.compat.v1.placeholder(tf.bool, [])
+
+        def update_then_read():
+            with tf.control_dependencies([manager.update_loss_scale(finite)]):
+                return tf.identity(manager.get_loss_scale())
+
+        out = tf.cond(finite, update_then_read, manager.get_loss_scale)
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            assert [sess.run(out, {finite: f}) for f in (True, False, True)] == [16.0, 16.0, 32.0]
+
+
+def test_construction_inside_control_dependencies_does_not_capture_them():
+    # The vendor warns against building the manager inside tf.control_dependencies; here the
+    # enclosing dependency always fails, so initialising would fail if it had been captured.
+    g = tf.Graph()
+    with g.as_default():
+        failing = tf.debugging.Assert(tf.constant(False), ["must not run"])
+        with tf.control_dependencies([failing]):
+            manager = ExponentialUpdateLossScaleManager(2**16, 100)
+            fixed = FixedLossScaleManager(128)
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            assert sess.run([manager.get_loss_scale(), fixed.get_loss_scale()]) == [65536.0, 128.0]
+
+
+def _graph_state(sess, manager):
+    scale, good, bad, skipped = sess.run(_state_vars(manager))
+    return ReferenceState(np.float32(scale), int(good), int(bad), int(skipped))
+
+
+def test_saver_round_trip_continues_from_restored_state(tmp_path):
+    hyper = dict(incr_every_n_steps=3, decr_every_n_nan_or_inf=2, incr_ratio=2, decr_ratio=0.5)
+    before = [True, True, True, True, False, True]
+    after = [False, True, True, False, False]
+    expected_saved = reference_run(1024, before, **hyper)[-1]
+    path = str(tmp_path / "model.ckpt")
+
+    g1 = tf.Graph()
+    with g1.as_default():
+        manager = ExponentialUpdateLossScaleManager(1024, **hyper)
+        finite = tf.compat.v1.placeholder(tf.bool, [])
+        update = manager.update_loss_scale(finite)
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session(graph=g1) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in before:
+                sess.run(update, {finite: step})
+            _assert_state(sess.run(_state_vars(manager)), expected_saved, "saved")
+            saver.save(sess, path)
+
+    saved_keys = dict(tf.train.list_variables(path))
+    for key in ("loss_scale", "good_steps", "bad_steps", "loss_scale_skipped_steps"):
+        assert key in saved_keys
+
+    g2 = tf.Graph()
+    with g2.as_default():
+        manager = ExponentialUpdateLossScaleManager(1024, **hyper)
+        finite = tf.compat.v1.placeholder(tf.bool, [])
+        update = manager.update_loss_scale(finite)
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session(graph=g2) as sess:
+            saver.restore(sess, path)
+            state = _graph_state(sess, manager)
+            assert state == expected_saved
+            for i, step in enumerate(after):
+                state = reference_step(state, step, **hyper)
+                sess.run(update, {finite: step})
+                _assert_state(sess.run(_state_vars(manager)), state, f"restored step {i}")
+
+
+def test_tf_train_checkpoint_round_trip(tmp_path):
+    hyper = dict(incr_every_n_steps=2, decr_every_n_nan_or_inf=1, incr_ratio=3, decr_ratio=0.8)
+    first = ExponentialUpdateLossScaleManager(500, **hyper)
+    before = [True, True, False, True]
+    for step in before:
+        first.update_loss_scale(step)
+    saved = reference_run(500, before, **hyper)[-1]
+    path = tf.train.Checkpoint(manager=first).save(str(tmp_path / "ckpt"))
+
+    second = ExponentialUpdateLossScaleManager(500, **hyper)
+    tf.train.Checkpoint(manager=second).restore(path).assert_consumed()
+    _assert_state([v.numpy() for v in _state_vars(second)], saved, "restored")
+    second.update_loss_scale(True)
+    _assert_state(
+        [v.numpy() for v in _state_vars(second)],
+        reference_step(saved, True, **hyper),
+        "after restore",
+    )
+
+
+def test_manager_created_under_a_distribution_strategy():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        manager = ExponentialUpdateLossScaleManager(8, 1, decr_every_n_nan_or_inf=1)
+
+    @tf.function
+    def step(finite):
+        strategy.run(lambda: manager.update_loss_scale(finite))
+
+    step(tf.constant(True))
+    step(tf.constant(False))
+    step(tf.constant(True))
+    assert manager.get_loss_scale().numpy() == np.float32(np.float32(16) * np.float32(0.8)) * 2
+    assert manager.skipped_steps.numpy() == 1
+
+
+# ---- stuck-run guard -----------------------------------------------------------------------
+
+
+def _stuck_manager(**extra):
+    # Floor 2, halving on every overflow from 8: steps 1-2 overflow above the floor (8, 4), and
+    # from step 3 on every overflow happens with the scale at the floor.
+    return ExponentialUpdateLossScaleManager(
+        8, 10, 1, decr_ratio=0.5, min_loss_scale=2, **extra
+    )
+
+
+def _assert_stuck_message(message: str) -> None:
+    assert "3 consecutive" in message
+    assert "loss scale 2" in message
+    for hint in ("NaN", "learning rate", "min_loss_scale", "overflow mode"):
+        assert hint in message
+
+
+def test_stuck_guard_raises_eagerly_after_n_skips_at_floor():
+    manager = _stuck_manager(max_skipped_steps_at_floor=3)
+    for _ in range(4):  # 2 above the floor, 2 at it
+        manager.update_loss_scale(False)
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        manager.update_loss_scale(False)
+    _assert_stuck_message(err.value.message)
+
+
+def test_stuck_guard_fails_the_session_run_in_graph_mode():
+    g = tf.Graph()
+    with g.as_default():
+        manager = _stuck_manager(max_skipped_steps_at_floor=3)
+        finite = tf.compat.v1.placeholder(tf.bool, [])
+        update = manager.update_loss_scale(finite)
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(4):
+                sess.run(update, {finite: False})
+            with pytest.raises(tf.errors.InvalidArgumentError) as err:
+                sess.run(update, {finite: False})
+    _assert_stuck_message(err.value.message)
+
+
+def test_stuck_guard_is_off_by_default():
+    manager = _stuck_manager()
+    for _ in range(30):
+        manager.update_loss_scale(False)
+    assert manager.skipped_steps.numpy() == 30
+    assert manager.get_loss_scale().numpy() == 2.0
+
+
+def test_stuck_guard_resets_on_a_clean_step():
+    g = tf.Graph()
+    with g.as_default():
+        manager = _stuck_manager(max_skipped_steps_at_floor=3)
+        finite = tf.compat.v1.placeholder(tf.bool, [])
+        update = manager.update_loss_scale(finite)
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            # 2 above the floor, then runs of 2 at the floor broken by clean steps.
+            for step in [False, False, False, False, True, False, False, True, False, False]:
+                sess.run(update, {finite: step})
+            with pytest.raises(tf.errors.InvalidArgumentError):
+                sess.run(update, {finite: False})
+
+
+# ---- argument checking ---------------------------------------------------------------------
+
+BAD_FIXED = [
+    ("loss_scale", dict(loss_scale=0.5)),
+    ("loss_scale", dict(loss_scale=0)),
+    ("loss_scale", dict(loss_scale=-8)),
+    ("loss_scale", dict(loss_scale=float("nan"))),
+    ("loss_scale", dict(loss_scale=float("inf"))),
+    ("loss_scale", dict(loss_scale=1e39)),
+    ("loss_scale", dict(loss_scale="1024")),
+    ("loss_scale", dict(loss_scale=True)),
+    ("enable_overflow_check", dict(loss_scale=8, enable_overflow_check="yes")),
+    ("overflow_mode", dict(loss_scale=8, overflow_mode="saturate")),
+]
+
+
+@pytest.mark.parametrize(("arg", "kwargs"), BAD_FIXED)
+def test_fixed_rejects_bad_arguments(arg, kwargs):
+    with pytest.raises(ValueError) as err:
+        FixedLossScaleManager(**kwargs)
+    assert arg in str(err.value)
+    assert repr(kwargs[arg]) in str(err.value)
+
+
+GOOD_EXP = dict(init_loss_scale=1024, incr_every_n_steps=100)
+BAD_EXP = [
+    ("init_loss_scale", dict(init_loss_scale=0.5)),
+    ("init_loss_scale", dict(init_loss_scale=float("nan"))),
+    ("init_loss_scale", dict(init_loss_scale=float("-inf"))),
+    ("init_loss_scale", dict(init_loss_scale=2.0**200)),
+    ("init_loss_scale", dict(init_loss_scale=False)),
+    ("incr_every_n_steps", dict(incr_every_n_steps=0)),
+    ("incr_every_n_steps", dict(incr_every_n_steps=-3)),
+    ("incr_every_n_steps", dict(incr_every_n_steps=2.5)),
+    ("incr_every_n_steps", dict(incr_every_n_steps=1000.0)),
+    ("incr_every_n_steps", dict(incr_every_n_steps=True)),
+    ("decr_every_n_nan_or_inf", dict(decr_every_n_nan_or_inf=0)),
+    ("decr_every_n_nan_or_inf", dict(decr_every_n_nan_or_inf=1.5)),
+    ("incr_ratio", dict(incr_ratio=1)),
+    ("incr_ratio", dict(incr_ratio=0.5)),
+    ("incr_ratio", dict(incr_ratio=float("inf"))),
+    ("incr_ratio", dict(incr_ratio=float("nan"))),
+    ("decr_ratio", dict(decr_ratio=0)),
+    ("decr_ratio", dict(decr_ratio=1)),
+    ("decr_ratio", dict(decr_ratio=1.5)),
+    ("decr_ratio", dict(decr_ratio=-0.5)),
+    ("decr_ratio", dict(decr_ratio=float("nan"))),
+    ("min_loss_scale", dict(min_loss_scale=0.5)),
+    ("min_loss_scale", dict(min_loss_scale=float("inf"))),
+    ("max_loss_scale", dict(max_loss_scale=0.9)),
+    ("max_loss_scale", dict(max_loss_scale=float("nan"))),
+    ("max_loss_scale", dict(min_loss_scale=64, max_loss_scale=32)),
+    ("min_loss_scale", dict(min_loss_scale=64, max_loss_scale=32)),
+    ("min_loss_scale", dict(init_loss_scale=16, min_loss_scale=32)),
+    ("max_loss_scale", dict(init_loss_scale=16, max_loss_scale=8)),
+    ("max_skipped_steps_at_floor", dict(max_skipped_steps_at_floor=0)),
+    ("max_skipped_steps_at_floor", dict(max_skipped_steps_at_floor=2.0)),
+    ("overflow_mode", dict(overflow_mode="fp16")),
+]
+
+
+@pytest.mark.parametrize(("arg", "kwargs"), BAD_EXP)
+def test_exponential_rejects_bad_arguments(arg, kwargs):
+    with pytest.raises(ValueError) as err:
+        ExponentialUpdateLossScaleManager(**{**GOOD_EXP, **kwargs})
+    assert arg in str(err.value)
+    assert repr(kwargs[arg]) in str(err.value)
+
+
+def test_tensor_hyper_parameters_are_rejected():
+    with pytest.raises(ValueError, match="init_loss_scale"):
+        ExponentialUpdateLossScaleManager(tf.constant(8.0), 100)
