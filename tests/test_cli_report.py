@@ -1,0 +1,153 @@
+"""--report: the JSON, Markdown and HTML reports describe the same run, and say everything.
+
+Real CLI runs on real files; the reports are parsed (json, html.parser) rather than compared to
+a copy of what the code under test produced.
+"""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+from cli_runner import run_cli
+
+PORTABLE = b"import tensorflow as tf\n\nm = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
+# Nothing in the library corresponds to this name, so it must be left for a person.
+UNPORTABLE = b"import tensorflow as tf\n\nx = tf.contrib.mixed_precision.NoSuchThing()\n"
+BROKEN = b"import tensorflow as tf\ndef f(:\n    tf.contrib.mixed_precision\n"
+REASON_WITH_MARKUP = b"# loss_scale <b>&\ndef g(:\n"
+
+
+def run_with_reports(tmp_path: Path, *extra: str) -> tuple[int, dict, str, str]:
+    tree = tmp_path / "tree"
+    for name, data in {
+        "train.py": PORTABLE,
+        "manual.py": UNPORTABLE,
+        "bad.py": BROKEN,
+        "odd <name>.py": REASON_WITH_MARKUP,
+        "plain.py": b"x = 1\n",
+    }.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_bytes(data)
+    out = tmp_path / "reports"
+    proc = run_cli(
+        ".",
+        *extra,
+        "--report",
+        out / "r.json",
+        "--report",
+        out / "r.md",
+        "--report",
+        out / "r.html",
+        cwd=tree,
+    )
+    report = json.loads((out / "r.json").read_text(encoding="utf-8"))
+    md = (out / "r.md").read_text(encoding="utf-8")
+    page = (out / "r.html").read_text(encoding="utf-8")
+    return proc.returncode, report, md, page
+
+
+def test_json_report_lists_changes_warnings_and_failures(tmp_path: Path) -> None:
+    code, report, _, _ = run_with_reports(tmp_path)
+    assert code == 123
+    assert report["tool"] == "npu-migrate"
+    assert report["mode"] == "diff"
+    summary = report["summary"]
+    assert summary["files_scanned"] == 5
+    assert summary["files_changed"] == 1
+    assert summary["files_failed"] == 2
+    assert summary["changes"] >= 1
+    assert summary["warnings"] >= 1
+    assert isinstance(summary["seconds"], float)
+
+    assert {f["path"] for f in report["failed"]} == {"bad.py", "odd <name>.py"}
+    assert all("syntax error" in f["reason"] for f in report["failed"])
+
+    for finding in report["findings"]:
+        assert set(finding) == {"path", "line", "rule", "message", "kind"}
+        assert finding["kind"] in ("change", "warning", "error")
+        assert isinstance(finding["line"], int) and finding["line"] >= 1
+        assert finding["rule"] and finding["message"]
+    changes = [f for f in report["findings"] if f["kind"] == "change"]
+    warnings = [f for f in report["findings"] if f["kind"] == "warning"]
+    assert {f["path"] for f in changes} == {"train.py"}
+    assert any(f["path"] == "manual.py" and f["line"] == 3 for f in warnings)
+    assert len(changes) == summary["changes"]
+    assert len(warnings) == summary["warnings"]
+
+    files = {f["path"]: f for f in report["files"]}
+    assert "plain.py" not in files
+    assert files["train.py"]["status"] == "changed"
+    assert files["train.py"]["diff"].startswith("--- a/train.py\n+++ b/train.py\n")
+    assert files["bad.py"]["status"] == "failed"
+    assert "diff" not in files["bad.py"]
+
+
+def test_markdown_report_has_summary_failures_findings_and_diff(tmp_path: Path) -> None:
+    _, report, md, _ = run_with_reports(tmp_path)
+    s = report["summary"]
+    assert md.startswith("# npu-migrate report\n")
+    row = (
+        f"| {s['files_scanned']} | {s['files_changed']} | {s['changes']} | {s['warnings']} "
+        f"| {s['files_failed']} |"
+    )
+    assert row in md
+    assert "## Failed (left untouched)\n\n- `bad.py`: syntax error" in md
+    assert "### `train.py` (changed)" in md
+    assert "### `manual.py`" in md
+    assert "```diff\n--- a/train.py\n" in md
+    for finding in report["findings"]:
+        assert f"- line {finding['line']}, `{finding['rule']}`: {finding['message']}" in md
+
+
+class _Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.text: list[str] = []
+        self.unclosed_errors = 0
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag not in ("meta", "br"):
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.stack and self.stack[-1] == tag, f"</{tag}> closes {self.stack[-1:]}"
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def test_html_report_is_well_formed_escaped_and_complete(tmp_path: Path) -> None:
+    _, report, _, page = run_with_reports(tmp_path)
+    parser = _Collector()
+    parser.feed(page)
+    parser.close()
+    assert parser.stack == []
+    text = "".join(parser.text)
+    assert "odd <name>.py" in text  # shown as text...
+    assert "odd &lt;name&gt;.py" in page  # ...because it was escaped
+    assert "<name>" not in page
+    for finding in report["findings"]:
+        assert finding["message"] in text
+    assert "-m = tf.contrib.mixed_precision.FixedLossScaleManager(128)" in text
+    assert '<span class="del">' in page and '<span class="add">' in page
+
+
+def test_reports_reflect_the_mode(tmp_path: Path) -> None:
+    code, report, md, _ = run_with_reports(tmp_path, "--write")
+    assert code == 123
+    assert report["mode"] == "write"
+    assert "Mode: `write`" in md
+    assert b"contrib" not in (tmp_path / "tree" / "train.py").read_bytes()
+
+
+def test_unwritable_report_path_is_an_error_after_the_run(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_bytes(PORTABLE)
+    (tmp_path / "blocker").write_text("a file, not a directory")
+    proc = run_cli("train.py", "--report", "blocker/r.json", cwd=tmp_path)
+    assert proc.returncode == 123
+    assert "blocker/r.json: error: cannot write report" in proc.stderr
+    assert "+++ b/train.py" in proc.stdout
