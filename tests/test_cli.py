@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import stat
 import subprocess
 import sys
@@ -331,3 +332,48 @@ def test_tree_without_candidates_does_not_load_libcst(tmp_path: Path) -> None:
     modules = _imported_modules(".", cwd=tmp_path)
     assert "migrator.runner" in modules
     assert "libcst" not in modules
+
+
+def _run_on_terminals(args: list[str], cwd: Path) -> tuple[int, str, str]:
+    """Run the CLI with stdout and stderr on pseudo-terminals, as in an interactive shell."""
+    out_master, out_slave = os.openpty()
+    err_master, err_slave = os.openpty()
+    env = cli_env()
+    del env["NO_COLOR"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "migrator", *args],
+        stdout=out_slave,
+        stderr=err_slave,
+        cwd=cwd,
+        env=env,
+    )
+    os.close(out_slave)
+    os.close(err_slave)
+    captured = {out_master: b"", err_master: b""}
+    open_fds = set(captured)
+    while open_fds:
+        for fd in select.select(list(open_fds), [], [], 120)[0]:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed its end
+                chunk = b""
+            if chunk:
+                captured[fd] += chunk
+            else:
+                open_fds.discard(fd)
+                os.close(fd)
+    code = proc.wait(timeout=120)
+    return code, captured[out_master].decode(), captured[err_master].decode()
+
+
+def test_terminal_gets_colour_and_a_progress_bar(tmp_path: Path) -> None:
+    files = {f"m{i:03d}.py": NOTHING_TO_PORT for i in range(60)}
+    files["train.py"] = PORTABLE
+    make_tree(tmp_path, files)
+    code, out, err = _run_on_terminals([".", "--jobs", "1"], tmp_path)
+    assert code == 0, err
+    assert "\x1b[31m-m = tf.contrib" in out
+    assert "migrating" in err
+    assert "61/61" in err or "100%" in err
+    code, _, err = _run_on_terminals([".", "--quiet", "--jobs", "1"], tmp_path)
+    assert "migrating" not in err
