@@ -147,6 +147,7 @@ class FixedLossScaleManager(LossScaleManager):
             )
         super().__init__(overflow_mode)
         self.enable_overflow_check = enable_overflow_check
+        self._graph_scale: tf.Tensor | None = None
         with tf.init_scope():
             if not tf.executing_eagerly():
                 # Named like the vendor's tensor so fetching 'loss_scale:0' keeps working.
@@ -155,9 +156,9 @@ class FixedLossScaleManager(LossScaleManager):
                 )
 
     def get_loss_scale(self) -> tf.Tensor:
-        if not tf.executing_eagerly() and getattr(self, "_graph_scale", None) is not None:
-            if self._graph_scale.graph is tf.compat.v1.get_default_graph():
-                return self._graph_scale
+        graph_scale = self._graph_scale
+        if graph_scale is not None and graph_scale.graph is tf.compat.v1.get_default_graph():
+            return graph_scale
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
     def update_loss_scale(self, finite_grads: tf.Tensor | bool) -> tf.Operation | None:
