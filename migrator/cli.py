@@ -247,7 +247,7 @@ def _validate(
     if output_dir:
         from migrator.files import common_root
 
-        if output_dir.resolve() == common_root(paths):
+        if Path(os.path.abspath(output_dir)) == common_root(paths):
             raise click.BadParameter(
                 f"{output_dir} is where the inputs live; use --write to rewrite in place",
                 param_hint="--output-dir",

@@ -90,13 +90,17 @@ def discover(
 
 
 def common_root(inputs: Iterable[Path]) -> Path:
-    """The deepest directory containing every input; a file input counts through its parent."""
-    dirs = [str(p.resolve() if p.is_dir() else p.resolve().parent) for p in inputs]
+    """The deepest directory containing every input; a file input counts through its parent.
+
+    Paths are made absolute without resolving symlinks, so a linked file inside the tree is
+    mirrored where it appears, not where it points.
+    """
+    dirs = [os.path.abspath(p if p.is_dir() else p.parent) for p in inputs]
     return Path(os.path.commonpath(dirs))
 
 
 def mirrored_path(path: Path, root: Path, output_dir: Path) -> Path:
-    return output_dir / path.resolve().relative_to(root)
+    return output_dir / Path(os.path.abspath(path)).relative_to(root)
 
 
 def atomic_write(path: Path, data: bytes) -> None:

@@ -377,3 +377,13 @@ def test_terminal_gets_colour_and_a_progress_bar(tmp_path: Path) -> None:
     assert "61/61" in err or "100%" in err
     code, _, err = _run_on_terminals([".", "--quiet", "--jobs", "1"], tmp_path)
     assert "migrating" not in err
+
+
+def test_output_dir_mirrors_a_symlink_where_it_appears(tmp_path: Path) -> None:
+    elsewhere = make_tree(tmp_path / "elsewhere", {"shared.py": NOTHING_TO_PORT})
+    src = make_tree(tmp_path / "src", {"a.py": NOTHING_TO_PORT})
+    (src / "linked.py").symlink_to(elsewhere / "shared.py")
+    proc = run_cli(src, "--output-dir", tmp_path / "out", "--copy-unchanged")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "linked.py").read_bytes() == NOTHING_TO_PORT
+    assert not (tmp_path / "out" / "linked.py").is_symlink()
