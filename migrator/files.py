@@ -71,11 +71,13 @@ def discover(
     glob matches its name; directories contribute their `*.py` files recursively. `prune` is a
     directory never to descend into (the --output-dir when it lies inside an input).
     """
-    seen: set[Path] = set()
+    seen: set[str] = set()
     found: list[SourceFile] = []
 
     def add(path: Path) -> None:
-        key = path.resolve()
+        # Lexical, not resolved: one syscall-free key per file keeps discovery of big trees fast;
+        # overlapping inputs (`src src/a.py`) are still caught.
+        key = os.path.abspath(path)
         if key not in seen:
             seen.add(key)
             found.append(SourceFile(path, os.path.normpath(path)))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -147,6 +146,8 @@ def _migrate_all(
             results.append(migrate_one(path, data, options, plan))
             tick()
         return results
+    from concurrent.futures import ProcessPoolExecutor
+
     chunksize = max(1, len(items) // (workers * 8))
     with ProcessPoolExecutor(
         max_workers=workers, initializer=_init_worker, initargs=(options, plan)
