@@ -1,8 +1,10 @@
 """Train a small fp16 model on CPU with dynamic loss scaling, once per NPU overflow mode.
 
-The model computes in float16 (master weights stay float32), so the huge initial loss scale makes the
-backward pass overflow for real, exactly as on an accelerator: the trace shows the skipped steps and
-the scale settling to a value the gradients fit in.
+The model computes in float16 (master weights stay float32), so the huge initial loss scale makes
+the backward pass overflow for real, as on an accelerator: the trace shows the skipped steps and the
+scale settling to a value the gradients fit in. For the saturation-mode run every float16 result
+saturates to +-65504 instead of becoming inf, as on a first-generation Atlas chip, so the gradients
+stay finite and only the saturation check can see the overflow.
 """
 
 from __future__ import annotations
@@ -23,12 +25,28 @@ from npu_lossscale import (  # noqa: E402
 v1 = tf.compat.v1
 
 
-def build_model(features: tf.Tensor, hidden: int) -> tf.Tensor:
+FP16_MAX = 65504.0
+
+
+def clamp(values: tf.Tensor) -> tf.Tensor:
+    return tf.clip_by_value(values, -FP16_MAX, FP16_MAX)
+
+
+@tf.custom_gradient
+def saturate(values: tf.Tensor) -> tf.Tensor:
+    """Identity that saturates its result and its gradient, as the chip does after every op."""
+    return clamp(values), lambda upstream: clamp(upstream)
+
+
+def build_model(features: tf.Tensor, hidden: int, saturating: bool) -> tf.Tensor:
     """Two dense layers computed in float16 from float32 master weights."""
-    w1 = v1.get_variable("w1", [features.shape[1], hidden], initializer=v1.glorot_uniform_initializer())
-    w2 = v1.get_variable("w2", [hidden, 1], initializer=v1.glorot_uniform_initializer())
-    h = tf.nn.relu(tf.matmul(tf.cast(features, tf.float16), tf.cast(w1, tf.float16)))
-    return tf.cast(tf.matmul(h, tf.cast(w2, tf.float16)), tf.float32)
+    sat = saturate if saturating else tf.identity
+    init = v1.glorot_uniform_initializer()
+    w1 = v1.get_variable("w1", [features.shape[1], hidden], initializer=init)
+    w2 = v1.get_variable("w2", [hidden, 1], initializer=init)
+    x16, w1_16, w2_16 = (sat(tf.cast(t, tf.float16)) for t in (features, w1, w2))
+    h = sat(tf.nn.relu(sat(tf.matmul(x16, w1_16))))
+    return tf.cast(sat(tf.matmul(h, w2_16)), tf.float32)
 
 
 def train(mode: str, steps: int, trace_every: int, seed: int = 0) -> None:
@@ -39,7 +57,8 @@ def train(mode: str, steps: int, trace_every: int, seed: int = 0) -> None:
         v1.set_random_seed(seed)
         x = v1.placeholder(tf.float32, [None, 16])
         y = v1.placeholder(tf.float32, [None, 1])
-        loss = tf.reduce_mean(tf.square(build_model(x, 64) - y))
+        prediction = build_model(x, 64, saturating=mode == "saturation")
+        loss = tf.reduce_mean(tf.square(prediction - y))
         manager = ExponentialUpdateLossScaleManager(
             init_loss_scale=2**32,
             incr_every_n_steps=100,
@@ -56,15 +75,16 @@ def train(mode: str, steps: int, trace_every: int, seed: int = 0) -> None:
             sess.run(v1.global_variables_initializer())
             print(f"\n== overflow mode: {manager.overflow_mode.value} ==")
             print(f"{'step':>5} {'loss':>10} {'loss scale':>14} {'skipped':>8} {'global_step':>12}")
-            last_skipped = 0
+            last_skipped, last_scale = 0, None
             for step in range(1, steps + 1):
                 batch = rng.normal(size=(32, 16)).astype(np.float32)
                 feed = {x: batch, y: batch @ true_w}
                 loss_value, _ = sess.run([loss, train_op], feed)
                 scale_value, skipped_value, gs = sess.run([scale, skipped, global_step])
                 newly_skipped = skipped_value > last_skipped
-                last_skipped = skipped_value
-                if step % trace_every == 0 or step == 1 or (newly_skipped and step <= 60):
+                scale_changed = scale_value != last_scale
+                last_skipped, last_scale = skipped_value, scale_value
+                if step % trace_every == 0 or scale_changed:
                     mark = "  <- overflow, step skipped" if newly_skipped else ""
                     print(f"{step:>5} {loss_value:>10.4f} {scale_value:>14.6g} {skipped_value:>8d}"
                           f" {gs:>12d}{mark}")
