@@ -1,0 +1,370 @@
+"""Move a hand-made `global_step` update into the optimizers' `apply_gradients`.
+
+Scripts like BERT's `create_optimizer` advance `global_step` next to the train op. Under loss
+scaling an overflowed step is skipped, and learning-rate schedules read `global_step`, so the step
+must advance only when the optimizer really applies gradients. The loss-scale optimizer calls the
+inner `apply_gradients` only on clean steps, so that is where the increment goes.
+
+Three phases, because a function and the optimizer classes it uses often live in different files:
+`scan` records per-file facts, `build_plan` decides for the whole project (all-or-nothing for every
+function and the classes it shares with others), `rewrite` edits one file by the plan. The move is
+applied only where the function builds a loss-scale optimizer (the contrib/TF one before porting
+or `NPULossScaleOptimizer` after, so the order of codemods does not matter) and the update is
+unconditional or conditional on gradient finiteness; everything else is reported, never guessed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+from collections.abc import Iterable
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from migrator.codemods.global_step_analysis import (
+    Analyzer,
+    ClassState,
+    ModuleAnalysis,
+    OptimizerRef,
+)
+from migrator.codemods.global_step_edit import (
+    Editor,
+    Edits,
+    increment_statements,
+    quote_style,
+    template,
+)
+from migrator.findings import Finding
+
+# A file defining an optimizer class matters to the move even when it mentions no loss scaling.
+GLOBAL_STEP_TRIGGERS: tuple[bytes, ...] = (b"def apply_gradients",)
+
+MOVE = "global-step-move"
+MANUAL = "global-step-manual"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassFact:
+    name: str
+    line: int
+    state: ClassState
+    reason: str
+    bases: tuple[OptimizerRef, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionFact:
+    key: str
+    name: str
+    line: int
+    problem: str | None
+    problem_line: int
+    optimizers: tuple[OptimizerRef, ...]
+    passes_step: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalStepFacts:
+    """What one file contributes to the plan (plain data, picklable)."""
+
+    path: str
+    classes: tuple[ClassFact, ...]
+    functions: tuple[FunctionFact, ...]
+    loss_scale_lines: tuple[int, ...]
+    unscaled_steps: tuple[tuple[str, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalStepPlan:
+    """Which functions lose their update, which classes gain one, and what to report."""
+
+    moves: tuple[tuple[str, str, str], ...] = ()  # (path, function key, where the step goes)
+    inserts: tuple[tuple[str, str], ...] = ()  # (path, class name)
+    warnings: tuple[Finding, ...] = ()
+
+
+def _norm(path: str) -> str:
+    return posixpath.normpath(path.replace("\\", "/"))
+
+
+def _analyze(wrapper: MetadataWrapper) -> ModuleAnalysis:
+    analyzer = Analyzer()
+    wrapper.visit(analyzer)
+    return analyzer.result
+
+
+def _facts(analysis: ModuleAnalysis, path: str) -> GlobalStepFacts:
+    return GlobalStepFacts(
+        path=_norm(path),
+        classes=tuple(
+            ClassFact(c.name, c.line, c.state, c.reason, tuple(c.bases))
+            for c in analysis.classes.values()
+        ),
+        functions=tuple(
+            FunctionFact(
+                f.key,
+                f.name,
+                f.line,
+                f.problem,
+                f.problem_line,
+                tuple(f.optimizers),
+                any(s.step_passed for s in f.call_sites),
+            )
+            for f in analysis.step_functions
+        ),
+        loss_scale_lines=tuple(analysis.loss_scale_lines),
+        unscaled_steps=tuple(analysis.unscaled_steps),
+    )
+
+
+def scan(module: cst.Module, path: str) -> GlobalStepFacts:
+    """Record one file's step updates and optimizer classes for `build_plan`."""
+    return _facts(_analyze(MetadataWrapper(module)), path)
+
+
+class _Resolver:
+    """Answers "which class does this reference mean, and where must the increment go?"."""
+
+    def __init__(self, facts: Iterable[GlobalStepFacts]) -> None:
+        self.files = {f.path: f for f in facts}
+        self.classes = {(f.path, c.name): c for f in self.files.values() for c in f.classes}
+
+    def module_path(self, module: str, importer: str) -> tuple[str | None, str]:
+        level = len(module) - len(module.lstrip("."))
+        parts = module.lstrip(".").split(".") if module.strip(".") else []
+        here = posixpath.dirname(importer)
+        if level:
+            base = here
+            for _ in range(level - 1):
+                base = posixpath.dirname(base)
+            candidates = [
+                posixpath.join(base, *parts) + ".py",
+                posixpath.join(base, *parts, "__init__.py"),
+            ]
+            found = [c for c in map(_norm, candidates) if c in self.files]
+        else:
+            sibling = _norm(posixpath.join(here, *parts) + ".py")
+            if sibling in self.files:
+                return sibling, ""
+            tails = ("/".join(parts) + ".py", "/".join([*parts, "__init__.py"]))
+            found = [
+                p
+                for p in self.files
+                if p.endswith(tails) and (p in tails or p.endswith(tuple("/" + t for t in tails)))
+            ]
+        if len(found) == 1:
+            return found[0], ""
+        if found:
+            return None, f"module `{module}` matches several processed files ({', '.join(found)})"
+        return None, f"it is defined in module `{module}`, which is not among the processed files"
+
+    def targets(
+        self, ref: OptimizerRef, importer: str, seen: frozenset[tuple[str, str]] = frozenset()
+    ) -> tuple[set[tuple[str, str]], bool, list[str]]:
+        """(classes that need the increment, whether a tf.train optimizer is involved, problems)."""
+        if ref.kind == "builtin":
+            return set(), True, []
+        if ref.kind == "unknown":
+            return set(), False, [f"cannot tell where `{ref.text}` is defined"]
+        path = importer
+        if ref.kind == "import":
+            found, reason = self.module_path(ref.module, importer)
+            if found is None:
+                return set(), False, [f"`{ref.text}`: {reason}"]
+            path = found
+        cls = self.classes.get((path, ref.name))
+        if cls is None:
+            return set(), False, [f"`{ref.text}` is not a module-level class in {path}"]
+        where = f"{cls.name} ({path}:{cls.line})"
+        if (path, cls.name) in seen:
+            return set(), False, [f"{where} inherits from itself"]
+        if cls.state == "insertable":
+            return {(path, cls.name)}, False, []
+        if cls.state == "advances":
+            return set(), False, [f"{where} already advances global_step in apply_gradients"]
+        if cls.state == "unsupported":
+            return set(), False, [f"{where}: {cls.reason}"]
+        if not cls.bases:
+            return set(), False, [f"{where} has no apply_gradients of its own and no base class"]
+        targets: set[tuple[str, str]] = set()
+        builtin = False
+        problems: list[str] = []
+        for base in cls.bases:
+            t, b, p = self.targets(base, path, seen | {(path, cls.name)})
+            targets |= t
+            builtin |= b
+            problems += p
+        return targets, builtin, problems
+
+
+def build_plan(facts: Iterable[GlobalStepFacts]) -> GlobalStepPlan:
+    """Decide the move for the whole project; a function moves only with all its classes."""
+    resolver = _Resolver(facts)
+    uses: dict[tuple[str, str], set[tuple[str, str]]] = {}  # function -> classes
+    blocked: dict[tuple[str, str], tuple[str, int]] = {}  # function -> (reason, line)
+    functions = {(f.path, fn.key): (f, fn) for f in resolver.files.values() for fn in f.functions}
+    for (path, key), (_, fn) in functions.items():
+        if fn.problem is not None:
+            blocked[path, key] = (fn.problem, fn.problem_line)
+            continue
+        targets: set[tuple[str, str]] = set()
+        builtin = False
+        problems: list[str] = []
+        for ref in fn.optimizers:
+            t, b, p = resolver.targets(ref, path)
+            targets |= t
+            builtin |= b
+            problems += [f"{x} (used at line {ref.line})" for x in p]
+        if builtin and fn.passes_step:
+            problems.append(
+                "a tf.train optimizer it may use already advances global_step when apply_gradients "
+                "receives it, so the step would advance twice"
+            )
+        uses[path, key] = targets
+        if problems:
+            blocked[path, key] = ("; ".join(problems), fn.line)
+    # All or nothing: a class shared with a function that cannot move must not gain an increment,
+    # and then no function using that class may lose its own.
+    changed = True
+    while changed:
+        changed = False
+        tainted = {c for f in blocked for c in uses.get(f, ())}
+        for f, classes in uses.items():
+            if f not in blocked and classes & tainted:
+                others = sorted(
+                    f"{functions[g][1].name} ({g[0]})"
+                    for g in blocked
+                    if uses.get(g, set()) & classes
+                )
+                shared = ", ".join(sorted(c for _, c in classes & tainted))
+                blocked[f] = (
+                    f"{shared} is also used by {', '.join(others)}, which cannot be moved",
+                    functions[f][1].line,
+                )
+                changed = True
+    moves, inserts, warnings = [], set(), []
+    for (path, key), (_, fn) in sorted(functions.items()):
+        if (path, key) in blocked:
+            reason, line = blocked[path, key]
+            warnings.append(_manual(path, line or fn.line, fn.name, reason))
+            continue
+        classes = sorted(uses[path, key])
+        inserts.update(classes)
+        where = ", ".join(f"{c}.apply_gradients" for _, c in classes) or (
+            "the tf.train optimizer's apply_gradients"
+        )
+        moves.append((path, key, where))
+    for f in resolver.files.values():
+        if f.loss_scale_lines:
+            warnings.extend(
+                Finding(
+                    f.path,
+                    line,
+                    MANUAL,
+                    f"{name} advances global_step itself but builds no loss-scale optimizer; if "
+                    "one wraps its optimizer elsewhere, overflowed steps still advance the step: "
+                    "move "
+                    "the update into apply_gradients by hand",
+                    kind="warning",
+                )
+                for name, line in f.unscaled_steps
+            )
+    return GlobalStepPlan(tuple(moves), tuple(sorted(inserts)), tuple(warnings))
+
+
+def _manual(path: str, line: int, name: str, reason: str) -> Finding:
+    return Finding(
+        path,
+        line,
+        MANUAL,
+        f"{name} advances global_step outside the optimizer and was left unchanged: {reason}. "
+        "With loss scaling an overflowed step must not advance it; move the update into "
+        "apply_gradients by hand",
+        kind="warning",
+    )
+
+
+def rewrite(
+    wrapper: MetadataWrapper | cst.Module, path: str, plan: GlobalStepPlan | None
+) -> tuple[cst.Module, list[Finding]]:
+    """Edit one file by the plan (a one-file plan when None); returns the tree and findings."""
+    if not isinstance(wrapper, MetadataWrapper):
+        wrapper = MetadataWrapper(wrapper)
+    module = wrapper.module
+    analysis = _analyze(wrapper)
+    if plan is None:
+        plan = build_plan([_facts(analysis, path)])
+    path_key = _norm(path)
+    findings = [w for w in plan.warnings if _norm(w.path) == path_key]
+    findings = [dataclasses.replace(w, path=path) for w in findings]
+    moves = {key: where for p, key, where in plan.moves if p == path_key}
+    inserts = {name for p, name in plan.inserts if p == path_key}
+    edits = Edits()
+    for fn in analysis.step_functions:
+        if fn.key not in moves:
+            continue
+        if fn.problem is not None:
+            findings.append(_manual(path, fn.problem_line or fn.line, fn.name, fn.problem))
+            continue
+        note = template("global_step_moved_note.tmpl").strip().format(where=moves[fn.key])
+        for inc in fn.increments:
+            for i, stmt in enumerate(inc.statements):
+                last = i == len(inc.statements) - 1
+                edits.removals[id(stmt)] = (
+                    note if i == 0 else None,
+                    inc.replacement if last else None,
+                )
+            findings.append(
+                Finding(
+                    path,
+                    inc.line,
+                    MOVE,
+                    f"{fn.name}: commented out the hand-made global_step update; the step now "
+                    f"advances in {moves[fn.key]}, which runs only on steps without overflow",
+                )
+            )
+        for site in fn.call_sites:
+            if not site.step_passed:
+                edits.step_arguments[id(site.call)] = fn.step
+                findings.append(
+                    Finding(
+                        path,
+                        site.line,
+                        MOVE,
+                        f"{fn.name}: passes global_step={fn.step} so the optimizer can advance it",
+                    )
+                )
+    quote = quote_style(module)
+    for name in sorted(inserts):
+        cls = analysis.classes.get(name)
+        if cls is None or cls.state == "advances":
+            continue
+        if cls.state != "insertable" or cls.apply is None:
+            findings.append(
+                Finding(
+                    path,
+                    cls.line if cls else 1,
+                    MANUAL,
+                    f"{name}: the plan needs a global_step increment in apply_gradients but the "
+                    f"class changed shape ({cls.reason if cls else 'not found'}); add it by hand",
+                    kind="warning",
+                )
+            )
+            continue
+        edits.insertions[id(cls.apply)] = increment_statements(
+            step=cls.step_param, tf=cls.tf_alias, updates=cls.list_name, quote=quote
+        )
+        findings.append(
+            Finding(
+                path,
+                cls.return_line,
+                MOVE,
+                f"{name}.apply_gradients: advances {cls.step_param} before returning, guarded by "
+                f"`{cls.step_param} is not None` (the loss-scale optimizer calls it only on clean "
+                "steps)",
+            )
+        )
+    if not edits:
+        return module, findings
+    return module.visit(Editor(module, edits)), findings

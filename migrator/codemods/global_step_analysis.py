@@ -1,0 +1,634 @@
+"""Reads one module for the global-step move: hand-made step updates and optimizer classes.
+
+The analysis keeps references to the tree's own nodes, so `rewrite` can edit exactly the statements
+it inspected; `scan` projects the same results onto plain picklable facts for the project plan.
+Anything that does not match a known-safe shape is recorded as a problem with its reason rather
+than guessed at: the caller turns problems into manual-review warnings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Literal
+
+import libcst as cst
+from libcst.metadata import (
+    PositionProvider,
+    QualifiedName,
+    QualifiedNameProvider,
+    QualifiedNameSource,
+)
+
+from migrator.codemods.global_step_exprs import (
+    argument,
+    is_plus_one,
+    is_true_constant,
+    lambda_body,
+    name_of,
+    positional,
+    step_update,
+)
+from migrator.codemods.global_step_names import (
+    is_builtin_optimizer,
+    is_loss_scale_optimizer,
+    is_tf_function,
+    single_name,
+)
+
+RefKind = Literal["local", "import", "builtin", "unknown"]
+ClassState = Literal["insertable", "advances", "follows_bases", "unsupported"]
+
+_APPLY_METHODS = {"apply_gradients": 1, "minimize": 1}  # method -> global_step position
+_STEP_GETTERS = ("get_or_create_global_step", "get_global_step", "create_global_step")
+_FINITE_COMBINERS = ("reduce_all", "logical_and", "cast", "identity", "stop_gradient", "stack")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerRef:
+    """Where an optimizer (or a base class) comes from, as written in one file."""
+
+    kind: RefKind
+    module: str  # dotted module of an import (may start with dots); "" otherwise
+    name: str  # class name
+    text: str  # the expression as written, for messages
+    line: int
+
+
+@dataclasses.dataclass
+class Increment:
+    """One hand-made `global_step` update: the statements that compute and assign it."""
+
+    statements: list[cst.BaseStatement]  # source order, all in one block, the group last
+    replacement: cst.BaseStatement | None  # `T = first` when `T = tf.group(first, ...)`, T != first
+    line: int
+
+
+@dataclasses.dataclass
+class CallSite:
+    call: cst.Call
+    step_passed: bool
+    line: int
+
+
+@dataclasses.dataclass
+class StepFunction:
+    key: str
+    name: str
+    line: int
+    step: str = "global_step"
+    increments: list[Increment] = dataclasses.field(default_factory=list)
+    call_sites: list[CallSite] = dataclasses.field(default_factory=list)
+    optimizers: list[OptimizerRef] = dataclasses.field(default_factory=list)
+    problem: str | None = None
+    problem_line: int = 0
+
+
+@dataclasses.dataclass
+class OptimizerClass:
+    name: str
+    line: int
+    state: ClassState
+    reason: str = ""
+    bases: list[OptimizerRef] = dataclasses.field(default_factory=list)
+    apply: cst.FunctionDef | None = None
+    return_line: int = 0
+    step_param: str = "global_step"
+    list_name: str = ""
+    tf_alias: str = ""
+
+
+@dataclasses.dataclass
+class ModuleAnalysis:
+    step_functions: list[StepFunction]
+    classes: dict[str, OptimizerClass]
+    loss_scale_lines: list[int]  # where the module builds a loss-scale optimizer at all
+    unscaled_steps: list[tuple[str, int]]  # functions updating global_step with no loss scaling
+
+
+class _Collector(cst.CSTVisitor):
+    """Collects nodes of some types below a root without entering nested scopes (unless asked)."""
+
+    def __init__(self, root: cst.CSTNode, types: tuple[type, ...], *, enter_defs: bool) -> None:
+        self.root = root
+        self.types = types
+        self.enter_defs = enter_defs
+        self.found: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, self.types):
+            self.found.append(node)
+        if node is not self.root and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            return self.enter_defs
+        return True
+
+
+def _collect(root: cst.CSTNode, *types: type, enter_defs: bool = False) -> list:
+    collector = _Collector(root, types, enter_defs=enter_defs)
+    root.visit(collector)
+    return collector.found
+
+
+def _names_in(node: cst.CSTNode, name: str) -> int:
+    return sum(1 for n in _collect(node, cst.Name, enter_defs=True) if n.value == name)
+
+
+class Analyzer(cst.CSTVisitor):
+    """Run through `MetadataWrapper.visit`; results land in `self.result`."""
+
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.result = ModuleAnalysis([], {}, [], [])
+
+    # -- metadata helpers -------------------------------------------------------------------
+    def qnames(self, node: cst.CSTNode) -> set[QualifiedName]:
+        return set(self.get_metadata(QualifiedNameProvider, node, set()))
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self.get_metadata(PositionProvider, node).start.line
+
+    # -- entry ------------------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> bool:
+        self.module = node
+        for stmt in node.body:
+            if isinstance(stmt, cst.ClassDef):
+                self.result.classes[stmt.name.value] = self._class(stmt)
+        self.result.loss_scale_lines = [
+            self.line(c)
+            for c in _collect(node, cst.Call, enter_defs=True)
+            if is_loss_scale_optimizer(self.qnames(c.func))
+        ]
+        seen: dict[str, int] = {}
+        for fn, path in self._functions(node, ()):
+            if fn.name.value == "apply_gradients":
+                continue  # the increment's destination, not a hand-made update to move
+            key = ".".join(path)
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > 1:
+                key = f"{key}#{seen[key]}"
+            self._function(fn, key)
+        return False
+
+    def _functions(
+        self, node: cst.CSTNode, path: tuple[str, ...]
+    ) -> Iterator[tuple[cst.FunctionDef, tuple[str, ...]]]:
+        for child in node.children:
+            if isinstance(child, cst.FunctionDef):
+                inner = (*path, child.name.value)
+                yield child, inner
+                yield from self._functions(child.body, inner)
+            elif isinstance(child, cst.ClassDef):
+                yield from self._functions(child.body, (*path, child.name.value))
+            else:
+                yield from self._functions(child, path)
+
+    # -- references to optimizer classes ------------------------------------------------------
+    def ref(self, expr: cst.BaseExpression) -> OptimizerRef:
+        names = self.qnames(expr)
+        text = self.module.code_for_node(expr)
+        line = self.line(expr)
+        if is_builtin_optimizer(names):
+            return OptimizerRef("builtin", "", text, text, line)
+        qn = single_name(names)
+        if qn is not None and qn.source is QualifiedNameSource.LOCAL and "." not in qn.name:
+            return OptimizerRef("local", "", qn.name, text, line)
+        if (
+            qn is not None
+            and qn.source is QualifiedNameSource.IMPORT
+            and "." in qn.name.lstrip(".")
+            and not qn.name.startswith(("tensorflow.", "keras."))
+        ):
+            module, _, cls = qn.name.rpartition(".")
+            return OptimizerRef("import", module, cls, text, line)
+        return OptimizerRef("unknown", "", text, text, line)
+
+    # -- classes ------------------------------------------------------------------------------
+    def _class(self, node: cst.ClassDef) -> OptimizerClass:
+        info = OptimizerClass(node.name.value, self.line(node), "follows_bases")
+        info.bases = [self.ref(a.value) for a in node.bases if a.keyword is None]
+        methods = [
+            s
+            for s in node.body.body
+            if isinstance(s, cst.FunctionDef) and s.name.value == "apply_gradients"
+        ]
+        if not methods:
+            return info
+        apply = methods[-1]
+        info.apply = apply
+        params = [p.name.value for p in apply.params.params]
+        if "global_step" in params:
+            info.step_param = "global_step"
+        elif len(params) > 2:
+            info.step_param = params[2]
+        else:
+            return self._unsupported(info, "its apply_gradients takes no global_step argument")
+        step = info.step_param
+        for call in _collect(apply, cst.Call, enter_defs=True):
+            update = step_update(call, self.qnames)
+            if update is not None and update[0] == step:
+                info.state = "advances"
+                return info
+        for call in _collect(apply, cst.Call, enter_defs=True):
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "apply_gradients":
+                if _names_in(call, step) and self._is_base_call(func.value, node):
+                    return info
+                return self._unsupported(
+                    info, "its apply_gradients hands the step to another optimizer"
+                )
+        return self._insertion_point(info, apply)
+
+    def _is_base_call(self, receiver: cst.BaseExpression, cls: cst.ClassDef) -> bool:
+        if isinstance(receiver, cst.Call) and name_of(receiver.func) == "super":
+            return True
+        base_texts = {self.module.code_for_node(a.value) for a in cls.bases}
+        return self.module.code_for_node(receiver) in base_texts
+
+    def _unsupported(self, info: OptimizerClass, reason: str) -> OptimizerClass:
+        info.state = "unsupported"
+        info.reason = reason
+        return info
+
+    def _insertion_point(self, info: OptimizerClass, apply: cst.FunctionDef) -> OptimizerClass:
+        returns = _collect(apply.body, cst.Return)
+        body = apply.body.body if isinstance(apply.body, cst.IndentedBlock) else ()
+        last = body[-1] if body else None
+        if (
+            len(returns) != 1
+            or not isinstance(last, cst.SimpleStatementLine)
+            or last.body[0] is not returns[0]
+        ):
+            return self._unsupported(
+                info, "its apply_gradients does not end in its only `return` statement"
+            )
+        value = returns[0].value
+        group_list = None
+        if isinstance(value, cst.Call) and is_tf_function(self.qnames(value.func), "group"):
+            stars = [a for a in value.args if a.star == "*"]
+            if len(stars) == 1 and isinstance(stars[0].value, cst.Name):
+                group_list = stars[0].value.value
+        if group_list is None or not self._is_list(apply, group_list):
+            return self._unsupported(
+                info,
+                "its apply_gradients does not return `tf.group(*updates, ...)` over a list of "
+                "updates the increment could join",
+            )
+        assert isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+        info.state = "insertable"
+        info.list_name = group_list
+        info.tf_alias = self.module.code_for_node(value.func.value)
+        info.return_line = self.line(last)
+        return info
+
+    def _is_list(self, apply: cst.FunctionDef, name: str) -> bool:
+        values = _assignments(apply).get(name, [])
+        return bool(values) and all(
+            isinstance(v, (cst.List, cst.ListComp))
+            or (isinstance(v, cst.Call) and name_of(v.func) == "list")
+            for v in values
+        )
+
+    # -- functions that update global_step ----------------------------------------------------
+    def _function(self, fn: cst.FunctionDef, key: str) -> None:
+        assigns = _assignments(fn)
+        updates = [
+            (call, update)
+            for call in _collect(fn.body, cst.Call)
+            if (update := step_update(call, self.qnames)) is not None
+            and self._is_global_step(update[0], assigns)
+        ]
+        if not updates:
+            return
+        uses_loss_scale = any(
+            is_loss_scale_optimizer(self.qnames(c.func))
+            for c in _collect(fn, cst.Call, enter_defs=True)
+        )
+        if not uses_loss_scale:
+            self.result.unscaled_steps.append((fn.name.value, self.line(fn)))
+            return
+        info = StepFunction(key, fn.name.value, self.line(fn), step=updates[0][1][0])
+        self.result.step_functions.append(info)
+        try:
+            if len({u[0] for _, u in updates}) != 1:
+                raise _Problem("it updates more than one step variable", self.line(fn))
+            blocks = {id(s): b for b in _blocks(fn) for s in b.body}
+            owner = _statement_owners(fn)
+            for call, _ in updates:
+                stmt = owner.get(id(call))
+                block = blocks.get(id(stmt))
+                info.increments.append(self._increment(fn, info.step, stmt, block, assigns))
+            self._check_private(fn, info)
+            self._call_sites(fn, info)
+            self._optimizers(info, fn, assigns)
+        except _Problem as problem:
+            info.problem = problem.reason
+            info.problem_line = problem.line
+
+    def _is_global_step(self, name: str, assigns: dict[str, list]) -> bool:
+        if name == "global_step":
+            return True
+        return any(
+            isinstance(v, cst.Call) and is_tf_function(self.qnames(v.func), *_STEP_GETTERS)
+            for v in assigns.get(name, [])
+        )
+
+    def _increment(
+        self,
+        fn: cst.FunctionDef,
+        step: str,
+        stmt: cst.SimpleStatementLine | None,
+        block: cst.IndentedBlock | None,
+        assigns: dict[str, list],
+    ) -> Increment:
+        if stmt is None:
+            raise _Problem(
+                "it updates the step inside a one-line compound statement", self.line(fn)
+            )
+        line = self.line(stmt)
+        code = self.module.code_for_node(stmt.with_changes(leading_lines=())).strip()
+        shape = self._group_shape(stmt, step)
+        if block is None or shape is None:
+            raise _Problem(
+                f"the step update `{code}` is not `x = tf.group(x, [step.assign(...)])`", line
+            )
+        target, first, update_kind, value = shape
+        statements: list[cst.BaseStatement] = [stmt]
+        if update_kind == "assign_add":
+            if not (isinstance(value, cst.Integer) and value.value == "1"):
+                raise _Problem(f"`{code}` advances the step by something other than 1", line)
+        elif isinstance(value, cst.Name):
+            statements[:0] = self._definition(block, stmt, value.value, step, assigns)
+        elif value is None:
+            raise _Problem(f"`{code}` has no value to assign", line)
+        else:
+            self._check_new_step(value, step, assigns, line)
+        replacement = None
+        if name_of(first) != target:
+            replacement = stmt.with_changes(
+                body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(target))], value=first)]
+            )
+        return Increment(statements, replacement, self.line(statements[0]))
+
+    def _check_private(self, fn: cst.FunctionDef, info: StepFunction) -> None:
+        """The names the updates compute (`new_global_step`) must not be read anywhere else."""
+        removed = [s for inc in info.increments for s in inc.statements]
+        computed = {
+            t.target.value
+            for inc in info.increments
+            for s in inc.statements[:-1]
+            for t in _collect(s, cst.AssignTarget)
+            if isinstance(t.target, cst.Name)
+        }
+        for name in computed:
+            if _names_in(fn, name) != sum(_names_in(s, name) for s in removed):
+                raise _Problem(f"`{name}` is also used outside the step update", info.line)
+
+    def _group_shape(
+        self, stmt: cst.SimpleStatementLine, step: str
+    ) -> tuple[str, cst.BaseExpression, str, cst.BaseExpression | None] | None:
+        """`T = tf.group(first, [step.assign(v)])` -> (T, first, "assign", v)."""
+        if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
+            return None
+        assign = stmt.body[0]
+        target = name_of(assign.targets[0].target) if len(assign.targets) == 1 else None
+        call = assign.value
+        if target is None or not isinstance(call, cst.Call):
+            return None
+        if not is_tf_function(self.qnames(call.func), "group") or len(call.args) != 2:
+            return None
+        if any(a.keyword is not None or a.star for a in call.args):
+            return None
+        first, second = (a.value for a in call.args)
+        if isinstance(second, (cst.List, cst.Tuple)) and len(second.elements) == 1:
+            second = second.elements[0].value
+        if not isinstance(second, cst.Call):
+            return None
+        update = step_update(second, self.qnames)
+        if update is None or update[0] != step:
+            return None
+        return target, first, update[1], update[2]
+
+    def _definition(
+        self,
+        block: cst.IndentedBlock,
+        stmt: cst.BaseStatement,
+        new: str,
+        step: str,
+        assigns: dict[str, list],
+    ) -> list[cst.BaseStatement]:
+        """Statements before `stmt` that compute `new`: `tf.identity` passes, then its origin."""
+        body = list(block.body)
+        found: list[cst.BaseStatement] = []
+        position = next(i for i, s in enumerate(body) if s is stmt)
+        for earlier in reversed(body[:position]):
+            value = _assigned_value(earlier, new)
+            line = self.line(earlier)
+            if value is not None:
+                found.insert(0, earlier)
+                if (
+                    isinstance(value, cst.Call)
+                    and is_tf_function(self.qnames(value.func), "identity")
+                    and name_of(argument(value, 0, "input")) == new
+                ):
+                    continue
+                self._check_new_step(value, step, assigns, line)
+                return found
+            branches = _branch_values(earlier, new)
+            if branches is not None:
+                for branch_value in branches:
+                    self._check_new_step(branch_value, step, assigns, line)
+                found.insert(0, earlier)
+                return found
+            if _names_in(earlier, new):
+                raise _Problem(f"`{new}` is computed in a shape the tool does not know", line)
+        raise _Problem(f"cannot find where `{new}` is computed", self.line(stmt))
+
+    def _check_new_step(
+        self, value: cst.BaseExpression, step: str, assigns: dict[str, list], line: int
+    ) -> None:
+        """Accept `step + 1`, or `tf.cond(finite, lambda: step + 1, lambda: step)`."""
+        if is_plus_one(value, step):
+            return
+        if isinstance(value, cst.Call) and is_tf_function(self.qnames(value.func), "cond"):
+            pred = argument(value, 0, "pred")
+            then = lambda_body(argument(value, 1, "true_fn"))
+            other = lambda_body(argument(value, 2, "false_fn"))
+            if (
+                pred is not None
+                and then is not None
+                and is_plus_one(then, step)
+                and (name_of(other) == step)
+            ):
+                if self._is_finite_flag(pred, assigns, set()):
+                    return
+                raise _Problem(
+                    f"the step advances only when `{self.module.code_for_node(pred)}` holds, "
+                    "which is not a gradient-finiteness check",
+                    line,
+                )
+        raise _Problem(
+            f"the new step `{self.module.code_for_node(value)}` is neither `{step} + 1` nor "
+            f"`tf.cond(<all gradients finite>, lambda: {step} + 1, lambda: {step})`",
+            line,
+        )
+
+    def _is_finite_flag(
+        self, expr: cst.BaseExpression, assigns: dict[str, list], seen: set
+    ) -> bool:
+        """True when `expr` is a reduction of `tf.is_finite` over gradients (or constant True)."""
+        if isinstance(expr, cst.Name):
+            values = assigns.get(expr.value)
+            if not values or expr.value in seen or any(v is None for v in values):
+                return False
+            return all(self._is_finite_flag(v, assigns, seen | {expr.value}) for v in values)
+        if isinstance(expr, cst.IfExp):
+            return all(
+                is_true_constant(e, self.qnames) or self._is_finite_flag(e, assigns, seen)
+                for e in (expr.body, expr.orelse)
+            )
+        if isinstance(expr, (cst.List, cst.Tuple)):
+            return bool(expr.elements) and all(
+                self._is_finite_flag(e.value, assigns, seen) for e in expr.elements
+            )
+        if isinstance(expr, cst.ListComp):
+            return self._is_finite_flag(expr.elt, assigns, seen)
+        if not isinstance(expr, cst.Call):
+            return False
+        names = self.qnames(expr.func)
+        if is_tf_function(names, "is_finite"):
+            return True
+        if not is_tf_function(names, *_FINITE_COMBINERS):
+            return False
+        inputs = positional(expr)
+        if is_tf_function(names, "logical_and"):
+            return len(inputs) == 2 and all(self._is_finite_flag(e, assigns, seen) for e in inputs)
+        return bool(inputs) and self._is_finite_flag(inputs[0], assigns, seen)
+
+    # -- where the function applies its optimizer ---------------------------------------------
+    def _call_sites(self, fn: cst.FunctionDef, info: StepFunction) -> None:
+        for call in _collect(fn.body, cst.Call, enter_defs=True):
+            func = call.func
+            if not isinstance(func, cst.Attribute) or func.attr.value not in _APPLY_METHODS:
+                continue
+            passed = argument(call, _APPLY_METHODS[func.attr.value], "global_step")
+            if passed is not None and name_of(passed) != info.step:
+                raise _Problem(
+                    f"`{func.attr.value}` receives `{self.module.code_for_node(passed)}` as "
+                    f"global_step, not `{info.step}`",
+                    self.line(call),
+                )
+            info.call_sites.append(CallSite(call, passed is not None, self.line(call)))
+        if not info.call_sites:
+            raise _Problem("cannot find the apply_gradients/minimize call it builds", info.line)
+
+    def _optimizers(self, info: StepFunction, fn: cst.FunctionDef, assigns: dict) -> None:
+        seen: set[str] = set()
+        for site in info.call_sites:
+            receiver = site.call.func.value  # type: ignore[attr-defined]
+            if not isinstance(receiver, cst.Name):
+                raise _Problem(
+                    f"cannot tell which optimizer `{self.module.code_for_node(receiver)}` is",
+                    site.line,
+                )
+            self._trace(receiver.value, assigns, seen, info, site.line)
+
+    def _trace(
+        self, name: str, assigns: dict, seen: set[str], info: StepFunction, line: int
+    ) -> None:
+        """Follow `opt = Wrapper(opt, ...)` back to the classes the optimizer is made from."""
+        if name in seen:
+            return
+        seen.add(name)
+        values = assigns.get(name, [])
+        if not values or any(v is None for v in values):
+            raise _Problem(
+                f"the optimizer `{name}` comes from outside the function, so its class is unknown",
+                line,
+            )
+        for value in values:
+            if not isinstance(value, cst.Call):
+                raise _Problem(
+                    f"cannot tell the class of `{self.module.code_for_node(value)}`",
+                    self.line(value),
+                )
+            inner = positional(value)[:1]
+            wrapped = name_of(inner[0]) if inner else None
+            if wrapped is not None and (
+                is_loss_scale_optimizer(self.qnames(value.func)) or wrapped in assigns
+            ):
+                self._trace(wrapped, assigns, seen, info, self.line(value))
+                continue
+            info.optimizers.append(self.ref(value.func))
+
+
+class _Problem(Exception):
+    def __init__(self, reason: str, line: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.line = line
+
+
+def _assignments(fn: cst.FunctionDef) -> dict[str, list[cst.BaseExpression | None]]:
+    """name -> values assigned in the function's own scope; None where the value is unknown."""
+    out: dict[str, list[cst.BaseExpression | None]] = {}
+    for param in _collect(fn.params, cst.Param):
+        out.setdefault(param.name.value, []).append(None)
+    for node in _collect(fn.body, cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.AsName):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    out.setdefault(target.target.value, []).append(node.value)
+                else:
+                    for name in _collect(target.target, cst.Name):
+                        out.setdefault(name.value, []).append(None)
+        elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name):
+            out.setdefault(node.target.value, []).append(node.value)
+        elif isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name):
+            out.setdefault(node.target.value, []).append(None)
+        elif isinstance(node, (cst.For, cst.AsName)):
+            for name in _collect(node.target if isinstance(node, cst.For) else node.name, cst.Name):
+                out.setdefault(name.value, []).append(None)
+    return out
+
+
+def _assigned_value(stmt: cst.BaseStatement, name: str) -> cst.BaseExpression | None:
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    assign = stmt.body[0]
+    if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+        if name_of(assign.targets[0].target) == name:
+            return assign.value
+    return None
+
+
+def _branch_values(stmt: cst.BaseStatement, name: str) -> list[cst.BaseExpression] | None:
+    """`if ...: name = a  elif ...: name = b  else: name = c` -> [a, b, c]; else None."""
+    if not isinstance(stmt, cst.If):
+        return None
+    values: list[cst.BaseExpression] = []
+    branch: cst.If | cst.Else | None = stmt
+    while branch is not None:
+        body = branch.body.body if isinstance(branch.body, cst.IndentedBlock) else ()
+        branch_values = [_assigned_value(s, name) for s in body]
+        if not branch_values or any(v is None for v in branch_values):
+            return None
+        values.extend(v for v in branch_values if v is not None)
+        if isinstance(branch, cst.Else):
+            return values
+        branch = branch.orelse
+    return None
+
+
+def _blocks(fn: cst.FunctionDef) -> list[cst.IndentedBlock]:
+    return _collect(fn.body, cst.IndentedBlock)
+
+
+def _statement_owners(fn: cst.FunctionDef) -> dict[int, cst.SimpleStatementLine]:
+    """id(call) -> the simple statement line containing it (own scope only)."""
+    owners: dict[int, cst.SimpleStatementLine] = {}
+    for line in _collect(fn.body, cst.SimpleStatementLine):
+        for call in _collect(line, cst.Call):
+            owners[id(call)] = line
+    return owners

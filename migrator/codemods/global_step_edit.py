@@ -1,0 +1,139 @@
+"""Applies the global-step move to a tree: comment out, pass the step, insert the increment.
+
+The removed update is kept as comments under a note instead of being deleted, so the user's code
+is never lost and the diff reads like the vendor's manual procedure. The increment itself comes
+from a template file, rendered in the file's own indentation and quote style.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import resources
+
+import libcst as cst
+
+_TEMPLATES = resources.files("migrator") / "templates"
+
+
+def template(name: str) -> str:
+    return (_TEMPLATES / name).read_text(encoding="utf-8")
+
+
+def quote_style(module: cst.Module) -> str:
+    """The quote character most of the file's plain strings use (double on a tie)."""
+    counts = {"'": 0, '"': 0}
+
+    class _Count(cst.CSTVisitor):
+        def visit_SimpleString(self, node: cst.SimpleString) -> None:
+            quote = node.value.lstrip("rbuRBU")[:1]
+            if quote in counts:
+                counts[quote] += 1
+
+    module.visit(_Count())
+    return "'" if counts["'"] > counts['"'] else '"'
+
+
+def increment_statements(
+    *, step: str, tf: str, updates: str, quote: str
+) -> list[cst.BaseStatement]:
+    code = template("global_step_increment.py.tmpl").format(
+        step=step, tf=tf, updates=updates, q=quote
+    )
+    parsed = cst.parse_module(code)
+    # A comment opening the snippet parses as the module header; it belongs to the first statement.
+    first, *rest = parsed.body
+    return [first.with_changes(leading_lines=[*parsed.header, *first.leading_lines]), *rest]
+
+
+@dataclasses.dataclass
+class Edits:
+    """What to change, keyed by the identity of nodes in the tree being transformed."""
+
+    removals: dict[int, tuple[str | None, cst.BaseStatement | None]] = dataclasses.field(
+        default_factory=dict
+    )  # statement -> (note comment above it, statement replacing it)
+    step_arguments: dict[int, str] = dataclasses.field(default_factory=dict)  # call -> step name
+    insertions: dict[int, list[cst.BaseStatement]] = dataclasses.field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.removals or self.step_arguments or self.insertions)
+
+
+def _comment(text: str) -> cst.EmptyLine:
+    return cst.EmptyLine(indent=True, comment=cst.Comment(text.rstrip()))
+
+
+class Editor(cst.CSTTransformer):
+    def __init__(self, module: cst.Module, edits: Edits) -> None:
+        super().__init__()
+        self.module = module
+        self.edits = edits
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        if not any(id(s) in self.edits.removals for s in original_node.body):
+            return updated_node
+        body: list[cst.BaseStatement] = []
+        pending: list[cst.EmptyLine] = []
+        for original, updated in zip(original_node.body, updated_node.body):
+            removal = self.edits.removals.get(id(original))
+            if removal is None:
+                body.append(updated.with_changes(leading_lines=[*pending, *updated.leading_lines]))
+                pending = []
+                continue
+            note, replacement = removal
+            pending.extend(original.leading_lines)
+            if note is not None:
+                pending.append(_comment(f"# {note}"))
+            code = self.module.code_for_node(original.with_changes(leading_lines=()))
+            pending.extend(
+                _comment(f"# {line}" if line.strip() else "#") for line in code.splitlines()
+            )
+            if replacement is not None:
+                body.append(replacement.with_changes(leading_lines=pending))
+                pending = []
+        footer = list(updated_node.footer)
+        if pending and not body:
+            body.append(cst.SimpleStatementLine([cst.Pass()], leading_lines=pending))
+        elif pending:
+            footer[:0] = pending
+        return updated_node.with_changes(body=body, footer=footer)
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        step = self.edits.step_arguments.get(id(original_node))
+        if step is None:
+            return updated_node
+        args = list(updated_node.args)
+        new = cst.Arg(
+            keyword=cst.Name("global_step"),
+            value=cst.Name(step),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+        if args:
+            last = args[-1]
+            if isinstance(last.comma, cst.Comma):
+                # Trailing-comma style: the new argument takes over the last one's comma, and the
+                # last one takes the separator its neighbours use.
+                new = new.with_changes(comma=last.comma)
+                separator = (
+                    args[-2].comma
+                    if len(args) > 1
+                    else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                )
+                args[-1] = last.with_changes(comma=separator)
+            else:
+                args[-1] = last.with_changes(
+                    comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                )
+        return updated_node.with_changes(args=[*args, new])
+
+    def leave_FunctionDef(
+        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        inserted = self.edits.insertions.get(id(original_node))
+        if inserted is None or not isinstance(updated_node.body, cst.IndentedBlock):
+            return updated_node
+        body = list(updated_node.body.body)
+        body[-1:-1] = inserted
+        return updated_node.with_changes(body=updated_node.body.with_changes(body=body))

@@ -1,0 +1,68 @@
+"""Name questions the global-step move asks, answered through libcst's scope metadata.
+
+A script may spell TensorFlow `tf`, `tf1` or `tensorflow.compat.v1`, and import optimizers under
+any alias; comparing text would miss those and match look-alikes, so every question here goes
+through the qualified names libcst resolves for the expression.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import libcst as cst
+from libcst.metadata import QualifiedName, QualifiedNameSource
+
+QualifiedNames = Callable[[cst.CSTNode], "set[QualifiedName]"]
+
+_TF_PREFIXES = ("tensorflow.compat.v1.", "tensorflow.compat.v2.", "tensorflow.")
+
+# Optimizers that apply the inner optimizer only when the gradients are finite; the move is only
+# needed (and only correct) where one of these decides whether a step happens.
+_LOSS_SCALE_SUFFIXES = (
+    "mixed_precision.LossScaleOptimizer",
+    "mixed_precision.experimental.LossScaleOptimizer",
+    "MixedPrecisionLossScaleOptimizer",
+    "enable_mixed_precision_graph_rewrite",
+)
+_NPU_LOSS_SCALE = "NPULossScaleOptimizer"
+
+
+def tf_tail(names: set[QualifiedName]) -> str | None:
+    """`tf.math.is_finite` -> "math.is_finite" when the expression is a TensorFlow name."""
+    if len(names) != 1:
+        return None
+    (qn,) = names
+    if qn.source is not QualifiedNameSource.IMPORT:
+        return None
+    for prefix in _TF_PREFIXES:
+        if qn.name.startswith(prefix):
+            return qn.name[len(prefix) :]
+    return None
+
+
+def is_tf_function(names: set[QualifiedName], *leaves: str) -> bool:
+    """True when the expression is `tf.<...>.<leaf>` for one of the given leaf names."""
+    tail = tf_tail(names)
+    return tail is not None and tail.rsplit(".", 1)[-1] in leaves
+
+
+def is_loss_scale_optimizer(names: set[QualifiedName]) -> bool:
+    for qn in names:
+        if qn.name.rsplit(".", 1)[-1] == _NPU_LOSS_SCALE:
+            return True
+        if qn.source is QualifiedNameSource.IMPORT and qn.name.endswith(_LOSS_SCALE_SUFFIXES):
+            return True
+    return False
+
+
+def is_builtin_optimizer(names: set[QualifiedName]) -> bool:
+    """`tf.train.XOptimizer` (and compat.v1 spellings): these advance global_step themselves.
+
+    Keras optimizers are deliberately excluded: their apply_gradients has no global_step.
+    """
+    tail = tf_tail(names)
+    return tail is not None and tail.startswith("train.") and tail.endswith("Optimizer")
+
+
+def single_name(names: set[QualifiedName]) -> QualifiedName | None:
+    return next(iter(names)) if len(names) == 1 else None
