@@ -76,7 +76,14 @@ class TFDistributeReducer:
             )
         if context.num_replicas_in_sync == 1:
             return tensor
-        return context.all_reduce(tf.distribute.ReduceOp.SUM, tensor)
+        # Not ReplicaContext.all_reduce: that wraps the sum in a custom gradient, which in TF1
+        # graphs looks up every variable the flag depends on by name and fails on the mirrored
+        # copies ("w/replica_1"). The flag never needs a gradient, so reduce it directly.
+        return context.merge_call(_sum_to_every_replica, args=(tensor,))
+
+
+def _sum_to_every_replica(strategy: tf.distribute.Strategy, value: Any) -> Any:
+    return strategy.extended.reduce_to(tf.distribute.ReduceOp.SUM, value, destinations=value)
 
 
 class HorovodReducer:
