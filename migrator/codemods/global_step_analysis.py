@@ -32,6 +32,7 @@ from migrator.codemods.global_step_exprs import (
 from migrator.codemods.global_step_names import (
     is_builtin_optimizer,
     is_loss_scale_optimizer,
+    is_optimizer_wrapper,
     is_tf_function,
     single_name,
 )
@@ -556,7 +557,7 @@ class Analyzer(cst.CSTVisitor):
             inner = positional(value)[:1]
             wrapped = name_of(inner[0]) if inner else None
             if wrapped is not None and (
-                is_loss_scale_optimizer(self.qnames(value.func)) or wrapped in assigns
+                wrapped == name or is_optimizer_wrapper(self.qnames(value.func))
             ):
                 self._trace(wrapped, assigns, seen, info, self.line(value))
                 continue

@@ -20,13 +20,14 @@ def template(name: str) -> str:
 
 
 def quote_style(module: cst.Module) -> str:
-    """The quote character most of the file's plain strings use (double on a tie)."""
+    """The quote character most of the file's one-line strings use (double on a tie)."""
     counts = {"'": 0, '"': 0}
 
     class _Count(cst.CSTVisitor):
         def visit_SimpleString(self, node: cst.SimpleString) -> None:
-            quote = node.value.lstrip("rbuRBU")[:1]
-            if quote in counts:
+            body = node.value.lstrip("rbuRBUfF")
+            quote = body[:1]
+            if quote in counts and not body.startswith(quote * 3):  # docstrings do not count
                 counts[quote] += 1
 
     module.visit(_Count())

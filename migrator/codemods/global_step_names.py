@@ -25,6 +25,7 @@ _LOSS_SCALE_SUFFIXES = (
     "enable_mixed_precision_graph_rewrite",
 )
 _NPU_LOSS_SCALE = "NPULossScaleOptimizer"
+_WRAPPER_SUFFIXES = ("DistributedOptimizer", "SyncReplicasOptimizer", "CrossShardOptimizer")
 
 
 def tf_tail(names: set[QualifiedName]) -> str | None:
@@ -53,6 +54,13 @@ def is_loss_scale_optimizer(names: set[QualifiedName]) -> bool:
         if qn.source is QualifiedNameSource.IMPORT and qn.name.endswith(_LOSS_SCALE_SUFFIXES):
             return True
     return False
+
+
+def is_optimizer_wrapper(names: set[QualifiedName]) -> bool:
+    """Optimizers that wrap another one passed first and forward `global_step` to it."""
+    return is_loss_scale_optimizer(names) or any(
+        qn.name.endswith(_WRAPPER_SUFFIXES) for qn in names
+    )
 
 
 def is_builtin_optimizer(names: set[QualifiedName]) -> bool:
