@@ -226,13 +226,22 @@ def resolve_reducer(reducer: object = None) -> Reducer:
     return hccl
 
 
+def in_strategy_replica_context() -> bool:
+    """True inside the replica function of a tf.distribute strategy (not the default one).
+
+    There the inner optimizer's apply_gradients must be entered from cross-replica context, so
+    NPULossScaleOptimizer routes even is_distributed=False through apply_distributed.
+    """
+    return _strategy_replica_context() is not None
+
+
 def apply_distributed(
     optimizer: Any,
     grads_and_vars: tuple[tuple[Any, tf.Variable], ...],
     global_step: tf.Variable | None = None,
     name: str | None = None,
 ) -> tf.Operation:
-    """The is_distributed=True body of NPULossScaleOptimizer.apply_gradients.
+    """NPULossScaleOptimizer.apply_gradients for is_distributed=True, or inside a strategy.
 
     The flag is summed where apply_gradients was called, so one code path serves every engine.
     Under tf.distribute the decision is then taken once, in cross-replica context (merge_call),
@@ -242,10 +251,15 @@ def apply_distributed(
     guide asks for BERT) keeps working. Every worker computes the same sum and so takes the same
     branch, which is what makes the collectives inside the branch safe.
     """
-    reducer = resolve_reducer(optimizer._reducer)
-    grads = [grad for grad, _ in grads_and_vars]
-    overflow = reducer.all_reduce_sum(optimizer._local_overflow(grads))
     context = _strategy_replica_context()
+    grads = [grad for grad, _ in grads_and_vars]
+    if optimizer._is_distributed:
+        overflow = resolve_reducer(optimizer._reducer).all_reduce_sum(
+            optimizer._local_overflow(grads)
+        )
+    else:
+        _require_single_replica(context)
+        overflow = optimizer._local_overflow(grads)
     if context is None:
         return optimizer._apply_if_clean(
             overflow, lambda: optimizer._opt.apply_gradients(grads_and_vars, global_step, name)
@@ -254,6 +268,17 @@ def apply_distributed(
         _apply_in_cross_replica_context,
         args=(optimizer, grads_and_vars, overflow, global_step, name),
     )
+
+
+def _require_single_replica(context: tf.distribute.ReplicaContext | None) -> None:
+    """is_distributed=False is only sound for one replica: otherwise each would decide alone."""
+    if context is not None and context.num_replicas_in_sync > 1:
+        raise ValueError(
+            "NPULossScaleOptimizer(is_distributed=False) is running under a tf.distribute "
+            f"strategy with {context.num_replicas_in_sync} replicas: each replica would decide "
+            "on its own whether to skip a step. Pass is_distributed=True so the overflow status "
+            "is summed over all replicas first."
+        )
 
 
 def _apply_in_cross_replica_context(
