@@ -1,0 +1,128 @@
+"""Which TensorFlow loss-scale names exist and what each one becomes on the NPU.
+
+Names are compared after resolving them by scope (libcst's QualifiedNameProvider), so an alias,
+a `from ... import`, `tensorflow.compat.v1` or a function-local import all land on one canonical
+spelling here; nothing in the migrator matches the text `tf.`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+LIBRARY = "npu_lossscale"
+FIXED = "FixedLossScaleManager"
+DYNAMIC = "ExponentialUpdateLossScaleManager"
+OPTIMIZER = "NPULossScaleOptimizer"
+
+CONTRIB = "tensorflow.contrib.mixed_precision"
+_CONTRIB_MODULES = (
+    CONTRIB,
+    CONTRIB + ".python.loss_scale_manager",
+    CONTRIB + ".python.loss_scale_optimizer",
+)
+# TensorFlow's own (non-contrib) homes of the v1 loss-scale API, after dropping `compat.v1`.
+_CORE_MODULES = (
+    "tensorflow.train.experimental",
+    "tensorflow.mixed_precision",
+    "tensorflow.mixed_precision.experimental",
+    "tensorflow.python.training.experimental.loss_scale",
+    "tensorflow.python.training.experimental.loss_scale_optimizer",
+    "tensorflow.python.training.experimental.mixed_precision",
+)
+_KERAS_MODULES = (
+    "tensorflow.keras.mixed_precision",
+    "tensorflow.keras.mixed_precision.experimental",
+    "tensorflow.mixed_precision",
+    "tensorflow.mixed_precision.experimental",
+    "keras.mixed_precision",
+)
+_VENDOR_PREFIXES = ("npu_bridge",)
+
+
+class Kind(enum.Enum):
+    """What a resolved name is, which decides the rule that handles it."""
+
+    CONTRIB_FIXED = "contrib-fixed"
+    CONTRIB_DYNAMIC = "contrib-dynamic"
+    CONTRIB_OPTIMIZER = "contrib-optimizer"
+    TF_DYNAMIC = "tf-dynamic"
+    TF_FIXED = "tf-fixed"
+    TF_OPTIMIZER = "tf-optimizer"
+    GRAPH_REWRITE = "graph-rewrite"
+    UNPORTED = "unported"
+    CONTRIB_MODULE = "contrib-module"
+    PORTED_DYNAMIC = "ported-dynamic"
+
+
+def canonical(qualified: str) -> str:
+    """Drop the `compat.v1` hop so every spelling of one API compares equal."""
+    for prefix in ("tensorflow.compat.v1.", "tensorflow._api.v1."):
+        if qualified.startswith(prefix):
+            return "tensorflow." + qualified[len(prefix) :]
+    if qualified == "tensorflow.compat.v1":
+        return "tensorflow"
+    return qualified
+
+
+def _split(name: str) -> tuple[str, str]:
+    module, _, leaf = name.rpartition(".")
+    return module, leaf
+
+
+def classify(name: str) -> Kind | None:
+    """The kind of a canonical qualified name, or None when it is nothing the migrator handles."""
+    if name == CONTRIB or name == "tensorflow.contrib.mixed_precision.python":
+        return Kind.CONTRIB_MODULE
+    module, leaf = _split(name)
+    if module in _CONTRIB_MODULES:
+        return {
+            FIXED: Kind.CONTRIB_FIXED,
+            DYNAMIC: Kind.CONTRIB_DYNAMIC,
+            "LossScaleOptimizer": Kind.CONTRIB_OPTIMIZER,
+        }.get(leaf, Kind.UNPORTED)
+    if module in _CORE_MODULES:
+        kind = {
+            "DynamicLossScale": Kind.TF_DYNAMIC,
+            "FixedLossScale": Kind.TF_FIXED,
+            "MixedPrecisionLossScaleOptimizer": Kind.TF_OPTIMIZER,
+            "enable_mixed_precision_graph_rewrite": Kind.GRAPH_REWRITE,
+        }.get(leaf)
+        if kind is not None:
+            return kind
+    if module in _CORE_MODULES + _KERAS_MODULES and "LossScale" in leaf:
+        return Kind.UNPORTED
+    if name.startswith(CONTRIB + "."):
+        return Kind.UNPORTED
+    if leaf == DYNAMIC and (module == LIBRARY or module.startswith(_VENDOR_PREFIXES)):
+        return Kind.PORTED_DYNAMIC
+    return None
+
+
+def is_contrib_module(name: str) -> bool:
+    """True for an import of the contrib mixed-precision package or anything inside it."""
+    return name == CONTRIB or name.startswith(CONTRIB + ".")
+
+
+def is_vendor_module(name: str) -> bool:
+    """The vendor adapter (`npu_bridge`): a file importing it was ported already."""
+    return name == "npu_bridge" or name.startswith("npu_bridge.")
+
+
+def is_horovod_module(name: str) -> bool:
+    return name == "horovod" or name.startswith("horovod.")
+
+
+def is_distribute_strategy(name: str) -> bool:
+    """A tf.distribute (or contrib.distribute) strategy: the script trains on several workers."""
+    module, leaf = _split(name)
+    return leaf.endswith("Strategy") and (
+        module.startswith(("tensorflow.distribute", "tensorflow.contrib.distribute"))
+    )
+
+
+# TensorFlow's own defaults for DynamicLossScale(initial_loss_scale, increment_period, multiplier).
+TF_DYNAMIC_DEFAULTS = {
+    "initial_loss_scale": "2 ** 15",
+    "increment_period": "2000",
+    "multiplier": "2",
+}

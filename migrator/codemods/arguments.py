@@ -1,0 +1,154 @@
+"""Argument plumbing shared by the rewrites: bind a call's arguments to a signature, build new ones.
+
+Binding happens on the original call (to decide whether a port is safe); building happens on the
+transformed call (so nested rewrites inside an argument survive), by argument position, which no
+rewrite changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from migrator.codemods.api import TF_DYNAMIC_DEFAULTS
+
+_NO_SPACE = cst.SimpleWhitespace("")
+
+
+def bind(call: cst.Call, params: Sequence[str]) -> dict[str, int] | str:
+    """Map each parameter given in `call` to its argument index, or say why that is impossible."""
+    bound: dict[str, int] = {}
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            return f"the call passes {arg.star}-arguments, so its parameters cannot be mapped"
+        if arg.keyword is None:
+            if index >= len(params):
+                return "the call passes more positional arguments than the API accepts"
+            bound[params[index]] = index
+            continue
+        name = arg.keyword.value
+        if name not in params or name in bound:
+            return f"unknown or repeated keyword argument {name!r}"
+        bound[name] = index
+    return bound
+
+
+def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
+    )
+
+
+def renamed(arg: cst.Arg, name: str) -> cst.Arg:
+    """The same argument under another keyword (positional arguments stay positional)."""
+    if arg.keyword is None:
+        return arg
+    return arg.with_changes(keyword=cst.Name(name))
+
+
+def append_keyword(args: Sequence[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:
+    """Add `name=value` last, keeping a multi-line call's layout (and its trailing comma)."""
+    new = keyword(name, value)
+    if not args:
+        return [new]
+    out = list(args)
+    last = out[-1]
+    if isinstance(last.comma, cst.Comma):
+        between = (
+            out[-2].comma
+            if len(out) >= 2 and isinstance(out[-2].comma, cst.Comma)
+            else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        )
+        out[-1] = last.with_changes(comma=between)
+        new = new.with_changes(comma=last.comma)
+    return out + [new]
+
+
+def without_trailing_comma(args: Sequence[cst.Arg]) -> list[cst.Arg]:
+    out = list(args)
+    if out and isinstance(out[-1].comma, cst.Comma):
+        out[-1] = out[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return out
+
+
+def _number(node: cst.BaseExpression) -> float | None:
+    """The value of a plain int/float literal (optionally negated), else None."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return float(node.evaluated_value)
+    return None
+
+
+def is_numeric_literal(node: cst.BaseExpression) -> bool:
+    """A number written out in the source (`128`, `2.0`, `2 ** 15`): safe as a fixed scale."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        return is_numeric_literal(node.expression)
+    if isinstance(node, cst.BinaryOperation):
+        return is_numeric_literal(node.left) and is_numeric_literal(node.right)
+    return False
+
+
+def string_value(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def has_call(node: cst.CSTNode) -> bool:
+    """Whether evaluating `node` may run user code (so it must not be evaluated twice)."""
+    if isinstance(node, (cst.Call, cst.Await, cst.Yield, cst.NamedExpr, cst.Lambda)):
+        return True
+    return any(has_call(child) for child in node.children)
+
+
+def reciprocal(multiplier: cst.BaseExpression) -> cst.BaseExpression:
+    """`1 / multiplier`, folded to a literal when that literal is exact (2 -> 0.5)."""
+    value = _number(multiplier)
+    if value is not None and value != 0:
+        inverse = 1.0 / value
+        if inverse * value == 1.0 and len(repr(inverse)) <= 8:
+            return cst.Float(repr(inverse))
+    operand = multiplier.deep_clone()
+    simple = (cst.Name, cst.Attribute, cst.Subscript, cst.Integer, cst.Float)
+    if not isinstance(operand, simple) and not operand.lpar:
+        operand = operand.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.BinaryOperation(
+        left=cst.Integer("1"),
+        operator=cst.Divide(),
+        right=operand,
+    )
+
+
+def tf_dynamic_arguments(values: dict[str, cst.BaseExpression]) -> list[cst.Arg]:
+    """ExponentialUpdateLossScaleManager arguments equal to TF's DynamicLossScale.
+
+    TF divides the scale by `multiplier` on *every* overflow, so the manager must decrease after
+    one bad step (decr_every_n_nan_or_inf=1) by exactly 1/multiplier; its own defaults (2 and 0.8)
+    would train differently.
+    """
+    full = {
+        name: values.get(name) or cst.parse_expression(default)
+        for name, default in TF_DYNAMIC_DEFAULTS.items()
+    }
+    multiplier = full["multiplier"]
+    return [
+        keyword("init_loss_scale", full["initial_loss_scale"]),
+        keyword("incr_every_n_steps", full["increment_period"]),
+        keyword("decr_every_n_nan_or_inf", cst.Integer("1")),
+        keyword("incr_ratio", multiplier),
+        keyword("decr_ratio", reciprocal(multiplier)),
+    ]
+
+
+def dynamic_manager(name: str) -> cst.Call:
+    """The manager equal to TF's `loss_scale="dynamic"` (DynamicLossScale with its defaults)."""
+    return cst.Call(func=cst.Name(name), args=tf_dynamic_arguments({}))
+
+
+def fixed_manager(name: str, value: cst.BaseExpression) -> cst.Call:
+    return cst.Call(func=cst.Name(name), args=[cst.Arg(value=value)])

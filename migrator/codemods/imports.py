@@ -1,0 +1,152 @@
+"""Where the `from npu_lossscale import ...` line goes.
+
+It must bind the names before any rewritten line runs, and it should look like the file's own
+imports: right after the top-level import block (merged into an existing npu_lossscale import
+when there is one), or inside a function when TensorFlow itself is only imported there (such
+scripts keep TensorFlow out of module import on purpose).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import libcst as cst
+from libcst.metadata import FunctionScope
+
+from migrator.codemods.api import LIBRARY
+
+if TYPE_CHECKING:
+    from migrator.codemods.loss_scale import Site
+
+Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
+
+
+@dataclasses.dataclass
+class ImportPlan:
+    """Statements to add around original statements, and names to merge into existing imports."""
+
+    after: dict[cst.CSTNode, list[cst.SimpleStatementLine]] = dataclasses.field(
+        default_factory=dict
+    )
+    before: dict[cst.CSTNode, list[cst.SimpleStatementLine]] = dataclasses.field(
+        default_factory=dict
+    )
+    merge: dict[cst.ImportFrom, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
+
+
+def import_line(names: Sequence[tuple[str, str]]) -> cst.SimpleStatementLine:
+    """`from npu_lossscale import A, B as C` for (class, local name) pairs, sorted by class."""
+    parts = [n if n == local else f"{n} as {local}" for n, local in sorted(set(names))]
+    return cst.parse_statement(f"from {LIBRARY} import {', '.join(parts)}\n")  # type: ignore[return-value]
+
+
+def _child_of(node: cst.CSTNode, block: cst.CSTNode, parent: Parent) -> cst.CSTNode | None:
+    """The statement of `block` (a Module or IndentedBlock) that contains `node`."""
+    current: cst.CSTNode | None = node
+    while current is not None:
+        up = parent(current)
+        if up is block:
+            return current
+        current = up
+    return None
+
+
+def _index(block: cst.Module | cst.IndentedBlock, statement: cst.CSTNode | None) -> int:
+    return next((i for i, s in enumerate(block.body) if s is statement), -1)
+
+
+def _is_import_line(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body
+    )
+
+
+def _is_preamble(statement: cst.CSTNode, index: int) -> bool:
+    """The docstring and `from __future__` lines, which must stay first."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    if (
+        index == 0
+        and isinstance(small, cst.Expr)
+        and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
+    ):
+        return True
+    return (
+        isinstance(small, cst.ImportFrom)
+        and isinstance(small.module, cst.Name)
+        and small.module.value == "__future__"
+    )
+
+
+def plan_imports(
+    module: cst.Module,
+    sites: Sequence[Site],
+    names: Mapping[str, str],
+    existing: Sequence[cst.ImportFrom],
+    parent: Parent,
+) -> ImportPlan:
+    """Place one import per needed scope (module, or functions holding the TF import)."""
+    plan = ImportPlan()
+    local = _function_placement(sites, names, parent, plan)
+    if local:
+        return plan
+    needed = sorted({(n, names[n]) for site in sites for n in site.targets})
+    tops = [_index(module, _child_of(site.node, module, parent)) for site in sites]
+    first = min(i for i in tops if i >= 0)
+    for imp in existing:
+        line = parent(imp)
+        index = _index(module, line)
+        if 0 <= index < first:
+            have = {
+                (a.name.value, a.asname.name.value if a.asname else a.name.value)
+                for a in imp.names  # type: ignore[union-attr]
+                if isinstance(a.name, cst.Name)
+            }
+            missing = [pair for pair in needed if pair not in have]
+            if missing:
+                plan.merge[imp] = missing
+            return plan
+    imports = [i for i, s in enumerate(module.body[:first]) if _is_import_line(s)]
+    if imports:
+        plan.after[module.body[imports[-1]]] = [import_line(needed)]
+        return plan
+    position = 0
+    while position < first and _is_preamble(module.body[position], position):
+        position += 1
+    plan.before[module.body[position]] = [import_line(needed)]
+    return plan
+
+
+def _function_placement(
+    sites: Sequence[Site],
+    names: Mapping[str, str],
+    parent: Parent,
+    plan: ImportPlan,
+) -> bool:
+    """Import inside functions when every providing import is local to a function."""
+    per_function: dict[cst.FunctionDef, list[Site]] = {}
+    for site in sites:
+        scope = site.provider.scope if site.provider is not None else None
+        if not isinstance(scope, FunctionScope) or not isinstance(scope.node, cst.FunctionDef):
+            return False
+        per_function.setdefault(scope.node, []).append(site)
+    placed: dict[cst.CSTNode, list[cst.SimpleStatementLine]] = {}
+    for function, members in per_function.items():
+        body = function.body
+        if not isinstance(body, cst.IndentedBlock):
+            return False
+        anchors = [
+            _index(body, _child_of(m.provider.node, body, parent))  # type: ignore[union-attr]
+            for m in members
+        ]
+        uses = [_index(body, _child_of(m.node, body, parent)) for m in members]
+        anchor = min(anchors)
+        if anchor < 0 or min(uses) <= anchor:
+            return False
+        needed = sorted({(n, names[n]) for m in members for n in m.targets})
+        placed[body.body[anchor]] = [import_line(needed)]
+    plan.after.update(placed)
+    return True

@@ -1,0 +1,826 @@
+"""Find every loss-scale API use in a file and decide, site by site, how it is ported.
+
+The analysis only reads the original tree (with scope metadata) and produces an `Edits` plan plus
+findings; `rewriter.py` applies the plan. Deciding first and writing afterwards lets a decision
+depend on the whole file: a `DynamicLossScale` object is only ported when every use of it is an
+optimizer we port too, a contrib import is only removed when every reference to it was rewritten,
+and `is_distributed=` depends on Horovod imports that may come later in the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import libcst as cst
+from libcst.metadata import (
+    Assignment,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    QualifiedNameSource,
+    Scope,
+    ScopeProvider,
+)
+
+from migrator.codemods import api
+from migrator.codemods import arguments as args_
+from migrator.codemods.api import Kind
+from migrator.codemods.control_deps import control_deps_decision
+from migrator.codemods.distributed import DistributedFacts, is_distributed_value, is_size_test
+from migrator.codemods.imports import ImportPlan, plan_imports
+from migrator.findings import Finding
+
+# Builds the new argument list from the *transformed* call's arguments and the local names the
+# npu_lossscale classes are imported under.
+Builder = Callable[[Sequence[cst.Arg], Mapping[str, str]], list[cst.Arg]]
+
+_TF_CTOR_PARAMS = {
+    Kind.TF_DYNAMIC: ("initial_loss_scale", "increment_period", "multiplier"),
+    Kind.TF_FIXED: ("loss_scale_value",),
+}
+_TF_OPT_PARAMS = ("opt", "loss_scale")
+# Local names used when the file already binds an npu_lossscale class name to something else.
+_ALIASES = {
+    api.FIXED: "NPUFixedLossScaleManager",
+    api.DYNAMIC: "NPUExponentialUpdateLossScaleManager",
+    api.OPTIMIZER: "NpuLossScaleOptimizer",
+}
+
+
+@dataclasses.dataclass
+class CallEdit:
+    """Replace a call's callee by an npu_lossscale class; `build` rewrites its arguments."""
+
+    target: str
+    build: Builder | None = None
+
+
+@dataclasses.dataclass
+class Edits:
+    """Everything the rewriter changes, keyed by nodes of the original (metadata-carrying) tree."""
+
+    calls: dict[cst.Call, CallEdit] = dataclasses.field(default_factory=dict)
+    refs: dict[cst.CSTNode, str] = dataclasses.field(default_factory=dict)
+    # original With -> the simple statement inside it that moves to just before it
+    hoists: dict[cst.With, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)
+    # original import small-statement -> indexes of its aliases to delete
+    removals: dict[cst.CSTNode, set[int]] = dataclasses.field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.calls or self.refs or self.hoists)
+
+
+@dataclasses.dataclass
+class Site:
+    """One rewritten place: where it is, which class it needs, and which import makes it work."""
+
+    node: cst.CSTNode
+    targets: tuple[str, ...]
+    provider: Assignment | None
+
+
+@dataclasses.dataclass
+class _Ctor:
+    call: cst.Call
+    kind: Kind
+    line: int
+    problem: str | None
+    build: Builder | None
+    variable: Assignment | None = None
+    consumers: list[_Optimizer] = dataclasses.field(default_factory=list)
+    ported: bool = False
+
+
+@dataclasses.dataclass
+class _Optimizer:
+    call: cst.Call
+    kind: Kind
+    line: int
+    problem: str | None
+    bound: dict[str, int]
+    manager: str = ""  # "dynamic" | "fixed" | "ctor" | "default"
+    ctor: _Ctor | None = None
+
+
+class LossScaleAnalyzer(cst.CSTVisitor):
+    """Walks the original tree once; `finish()` turns what it saw into edits and findings."""
+
+    METADATA_DEPENDENCIES = (
+        QualifiedNameProvider,
+        ScopeProvider,
+        ParentNodeProvider,
+        PositionProvider,
+    )
+
+    def __init__(self, path: str, distributed: str) -> None:
+        super().__init__()
+        self.path = path
+        self.distributed = distributed
+        self.edits = Edits()
+        self.findings: list[Finding] = []
+        self.sites: list[Site] = []
+        self.facts = DistributedFacts()
+        self.vendor_ported = False
+        self.npu_imports: list[cst.ImportFrom] = []
+        self._contrib_imports: list[tuple[cst.CSTNode, int, str]] = []
+        self._consumed: set[int] = set()
+        self._ctors: dict[cst.Call, _Ctor] = {}
+        self._optimizers: list[_Optimizer] = []
+        self._contrib_optimizers: list[tuple[cst.Call, int]] = []
+        self._dynamic_calls: list[cst.Call] = []
+        self._ported_dynamic: list[cst.Call] = []
+        self._inline_dynamic: list[cst.Call] = []
+        self._skip: set[int] = set()
+        self._global: Scope | None = None
+        self.names: dict[str, str] = {}
+        self.imports = ImportPlan()
+
+    # ----------------------------------------------------------------- metadata helpers
+    def line(self, node: cst.CSTNode) -> int:
+        return self.get_metadata(PositionProvider, node).start.line
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.get_metadata(ParentNodeProvider, node, None)
+
+    def scope(self, node: cst.CSTNode) -> Scope | None:
+        return self.get_metadata(ScopeProvider, node, None)
+
+    def canonical(self, node: cst.CSTNode) -> str | None:
+        """The one imported qualified name of an expression, or None (local, ambiguous, unknown)."""
+        names = self.get_metadata(QualifiedNameProvider, node, set())
+        if len(names) != 1:
+            return None
+        (qn,) = names
+        if qn.source is not QualifiedNameSource.IMPORT:
+            return None
+        return api.canonical(qn.name)
+
+    def _ambiguous(self, node: cst.CSTNode) -> bool:
+        names = self.get_metadata(QualifiedNameProvider, node, set())
+        return len(names) > 1 and any(
+            q.source is QualifiedNameSource.IMPORT and api.classify(api.canonical(q.name))
+            for q in names
+        )
+
+    def _warn(self, node: cst.CSTNode, rule: str, message: str) -> None:
+        self.findings.append(Finding(self.path, self.line(node), rule, message, "warning"))
+
+    def _change(self, node: cst.CSTNode, rule: str, message: str) -> None:
+        self.findings.append(Finding(self.path, self.line(node), rule, message, "change"))
+
+    # ----------------------------------------------------------------- module
+    def visit_Module(self, node: cst.Module) -> None:
+        self._global = self.scope(node)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        # Metadata is only available during the visit, so every decision is taken here.
+        self.finish()
+        if not self.edits:
+            return
+        names = self._local_names()
+        if names is None:
+            self._give_up(
+                "name-conflict",
+                "the file binds both npu_lossscale class names and their fallback aliases; "
+                "nothing was changed, port it by hand",
+            )
+            return
+        self.names = names
+        top_level = [i for i in self.npu_imports if self.parent(self.parent(i)) is original_node]
+        self.imports = plan_imports(original_node, self.sites, names, top_level, self.parent)
+        if self.imports.merge or self.imports.after or self.imports.before:
+            needed = ", ".join(sorted(names[t] for t in {t for s in self.sites for t in s.targets}))
+            self.findings.append(
+                Finding(
+                    self.path,
+                    self.line(self.sites[0].node),
+                    "npu-import",
+                    f"imports {needed} from {api.LIBRARY}",
+                )
+            )
+
+    def _local_names(self) -> dict[str, str] | None:
+        scopes = {id(s): s for s in [self._global, *(self.scope(x.node) for x in self.sites)] if s}
+        names: dict[str, str] = {}
+        for needed in sorted({t for s in self.sites for t in s.targets}):
+            free = [
+                c
+                for c in (needed, _ALIASES[needed])
+                if not any(_binds_other(scope, c) for scope in scopes.values())
+            ]
+            if not free:
+                return None
+            names[needed] = free[0]
+        return names
+
+    def _give_up(self, rule: str, message: str) -> None:
+        first = min((f.line for f in self.findings if f.kind == "change"), default=1)
+        self.findings = [f for f in self.findings if f.kind != "change"]
+        self.findings.append(Finding(self.path, first, rule, message, "warning"))
+        self.edits = Edits()
+        self.sites = []
+
+    # ----------------------------------------------------------------- imports
+    def visit_Import(self, node: cst.Import) -> bool:
+        for index, alias in enumerate(node.names):
+            name = api.canonical(_dotted(alias.name))
+            bound = alias.asname.name.value if alias.asname else _dotted(alias.name)
+            self._note_import(node, index, name, bound)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if node.relative or node.module is None:
+            return False
+        module = api.canonical(_dotted(node.module))
+        if api.is_vendor_module(module):
+            self.vendor_ported = True
+        if module == api.LIBRARY and not isinstance(node.names, cst.ImportStar):
+            self.npu_imports.append(node)
+        if isinstance(node.names, cst.ImportStar):
+            if api.is_contrib_module(module) or module == "tensorflow.contrib":
+                self._warn(
+                    node,
+                    "star-import",
+                    f"`from {module} import *`: names it provides cannot be resolved; "
+                    "port their uses by hand and import them explicitly",
+                )
+            elif api.is_horovod_module(module):
+                self.facts.horovod_imported = True
+            return False
+        for index, alias in enumerate(node.names):
+            name = f"{module}.{_dotted(alias.name)}"
+            bound = alias.asname.name.value if alias.asname else _dotted(alias.name)
+            self._note_import(node, index, name, bound)
+        return False
+
+    def _note_import(self, node: cst.CSTNode, index: int, name: str, bound: str) -> None:
+        if api.is_vendor_module(name):
+            self.vendor_ported = True
+        elif api.is_horovod_module(name):
+            self.facts.horovod_imported = True
+            self.facts.horovod_aliases[bound] = node
+        elif api.is_contrib_module(name) or name == "tensorflow.contrib.mixed_precision":
+            self._contrib_imports.append((node, index, bound))
+
+    # ----------------------------------------------------------------- references
+    def visit_Name(self, node: cst.Name) -> bool:
+        self._reference(node)
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return self._reference(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if (
+            len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and is_size_test(node.value, self.canonical)
+        ):
+            target = node.targets[0].target
+            self.facts.size_tests[target.value] = target
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = self.canonical(node.func)
+        if func == "builtins.getattr" or (
+            func is None and isinstance(node.func, cst.Name) and node.func.value == "getattr"
+        ):
+            self._getattr(node)
+        elif func is not None and api.is_distribute_strategy(func):
+            self.facts.strategy_used = True
+        elif (
+            func is not None
+            and api.is_horovod_module(func)
+            and func.endswith(".init")
+            and isinstance(node.func, cst.Attribute)
+            and isinstance(node.func.value, cst.Name)
+        ):
+            self.facts.initialised.add(node.func.value.value)
+
+    def _getattr(self, call: cst.Call) -> None:
+        if not call.args:
+            return
+        target = call.args[0].value
+        name = self.canonical(target)
+        if name is None:
+            return
+        if name.startswith("tensorflow.contrib") or api.classify(name) is Kind.CONTRIB_MODULE:
+            self._skip.add(id(target))
+            self._warn(
+                call,
+                "unresolved-access",
+                "getattr() on tf.contrib: the attribute is chosen at run time, so the tool "
+                "cannot tell which loss-scale class is used; port it by hand",
+            )
+
+    def _reference(self, node: cst.Name | cst.Attribute) -> bool:
+        """Handle a (maximal) dotted reference; returns whether to look inside it."""
+        if id(node) in self._skip:
+            return False
+        if self._ambiguous(node):
+            self._warn(
+                node,
+                "unresolved-access",
+                f"`{_code(node)}` is bound to more than one thing in this scope "
+                "(e.g. a try/except import); port it by hand",
+            )
+            return False
+        name = self.canonical(node)
+        kind = api.classify(name) if name is not None else None
+        if kind is None:
+            return True
+        parent = self.parent(node)
+        call = parent if isinstance(parent, cst.Call) and parent.func is node else None
+        handler = {
+            Kind.CONTRIB_FIXED: self._contrib_manager,
+            Kind.CONTRIB_DYNAMIC: self._contrib_manager,
+            Kind.CONTRIB_OPTIMIZER: self._contrib_optimizer,
+            Kind.TF_DYNAMIC: self._tf_ctor,
+            Kind.TF_FIXED: self._tf_ctor,
+            Kind.TF_OPTIMIZER: self._tf_optimizer,
+            Kind.GRAPH_REWRITE: self._tf_optimizer,
+            Kind.UNPORTED: self._unported,
+            Kind.CONTRIB_MODULE: self._module_access,
+            Kind.PORTED_DYNAMIC: self._already_ported,
+        }[kind]
+        handler(node, call, kind, name or "")
+        return False
+
+    def _provider(self, node: cst.CSTNode) -> Assignment | None:
+        """The import that binds the root name of a dotted expression (for import placement)."""
+        root = node
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        scope = self.scope(root)
+        if scope is None or not isinstance(root, cst.Name):
+            return None
+        for access in scope.accesses:
+            if access.node is root:
+                referents = list(access.referents)
+                return referents[0] if len(referents) == 1 else None
+        return None
+
+    def _consume(self, node: cst.CSTNode) -> None:
+        for child in _walk(node):
+            self._consumed.add(id(child))
+
+    def _site(self, node: cst.CSTNode, expr: cst.CSTNode, *targets: str) -> None:
+        self._consume(expr)
+        self.sites.append(Site(node, targets, self._provider(expr)))
+
+    # ----------------------------------------------------------------- rule handlers
+    def _contrib_manager(
+        self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, _: str
+    ) -> None:
+        target = api.FIXED if kind is Kind.CONTRIB_FIXED else api.DYNAMIC
+        if call is None:
+            self.edits.refs[node] = target
+            self._site(node, node, target)
+            self._change(node, "contrib-manager", f"`{_code(node)}` -> {target}")
+            return
+        self.edits.calls[call] = CallEdit(target)
+        self._site(call, node, target)
+        self._change(
+            call, "contrib-manager", f"`{_code(node)}(...)` -> {target}(...), arguments unchanged"
+        )
+        if kind is Kind.CONTRIB_DYNAMIC:
+            self._dynamic_calls.append(call)
+
+    def _contrib_optimizer(self, node: cst.CSTNode, call: cst.Call | None, *_: object) -> None:
+        if call is None:
+            self.edits.refs[node] = api.OPTIMIZER
+            self._site(node, node, api.OPTIMIZER)
+            self._change(node, "contrib-optimizer", f"`{_code(node)}` -> {api.OPTIMIZER}")
+            return
+        self._site(call, node, api.OPTIMIZER)
+        self._contrib_optimizers.append((call, self.line(call)))
+
+    def _tf_ctor(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, name: str) -> None:
+        if call is None:
+            self._warn(
+                node,
+                "unported-api",
+                f"`{_code(node)}` is used as a value, not constructed; the NPU managers are a "
+                "different type, port this use by hand",
+            )
+            return
+        bound = args_.bind(call, _TF_CTOR_PARAMS[kind])
+        problem = bound if isinstance(bound, str) else None
+        build: Builder | None = None
+        if not isinstance(bound, str):
+            if kind is Kind.TF_DYNAMIC:
+                multiplier = bound.get("multiplier")
+                if multiplier is not None and args_.has_call(call.args[multiplier].value):
+                    problem = (
+                        "its multiplier is a call; the port needs it twice (incr_ratio and "
+                        "decr_ratio=1/multiplier) and will not evaluate it twice"
+                    )
+                build = _tf_dynamic_builder(bound)
+            else:
+                build = _tf_fixed_builder(bound)
+        self._ctors[call] = _Ctor(call, kind, self.line(call), problem, build)
+
+    def _tf_optimizer(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, _: str) -> None:
+        if call is None:
+            self._warn(node, "unported-api", f"`{_code(node)}` is used as a value; port it by hand")
+            return
+        bound = args_.bind(call, _TF_OPT_PARAMS)
+        problem = bound if isinstance(bound, str) else None
+        if not isinstance(bound, str) and "opt" not in bound:
+            problem = "the optimizer argument is missing"
+        if kind is Kind.GRAPH_REWRITE and isinstance(self.parent(call), cst.Expr):
+            problem = (
+                "its result is unused: in TF1 graph mode the rewritten optimizer must be the one "
+                "that is minimized; nothing to port here, review by hand"
+            )
+        self._optimizers.append(
+            _Optimizer(call, kind, self.line(call), problem, bound if problem is None else {})
+        )
+        self._consume(node)
+        self.sites.append(Site(call, (), self._provider(node)))
+
+    def _unported(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, name: str) -> None:
+        self._warn(
+            node,
+            "unported-api",
+            f"`{_code(node)}` ({name}) has no npu_lossscale counterpart the tool can substitute; "
+            "port it by hand",
+        )
+
+    def _module_access(self, node: cst.CSTNode, *_: object) -> None:
+        self._warn(
+            node,
+            "unresolved-access",
+            f"`{_code(node)}` is used as a module object (passed, returned or stored); the tool "
+            "cannot follow it to the class used, port it by hand",
+        )
+
+    def _already_ported(self, node: cst.CSTNode, call: cst.Call | None, *_: object) -> None:
+        if call is not None:
+            self._ported_dynamic.append(call)
+
+    # ----------------------------------------------------------------- decisions
+    def finish(self) -> None:
+        """Resolve the cross-site decisions once the whole file has been seen."""
+        self._resolve_tf_sites()
+        for call, line in self._contrib_optimizers:
+            value, why = self._is_distributed(call)
+            self.edits.calls[call] = CallEdit(api.OPTIMIZER, _append_distributed(value))
+            extra = f", is_distributed={_code(value)} because {why}" if value is not None else ""
+            self.findings.append(
+                Finding(
+                    self.path,
+                    line,
+                    "contrib-optimizer",
+                    f"LossScaleOptimizer(...) -> {api.OPTIMIZER}(...){extra}",
+                )
+            )
+        for call in self._dynamic_calls:
+            self._control_deps(call, movable=True)
+        for call in self._ported_dynamic + self._inline_dynamic:
+            self._control_deps(call, movable=False)
+        if self.vendor_ported:
+            self._leave_vendor_file()
+            return
+        self._plan_import_removals()
+
+    def _is_distributed(self, call: cst.Call) -> tuple[cst.BaseExpression | None, str]:
+        if self.distributed == "never":
+            return None, ""
+        if self.distributed == "always":
+            return cst.Name("True"), "--distributed always"
+        if not self.facts.trains_distributed:
+            return None, ""
+        return is_distributed_value(
+            call, self.facts, parent=self.parent, canonical=self.canonical, scope=self.scope(call)
+        )
+
+    def _resolve_tf_sites(self) -> None:
+        for opt in self._optimizers:
+            if opt.problem is None:
+                self._link_manager(opt)
+        for ctor in self._ctors.values():
+            self._decide_ctor(ctor)
+        for opt in self._optimizers:
+            if opt.problem is None and opt.ctor is not None and not opt.ctor.ported:
+                opt.problem = (
+                    f"its loss-scale object is not ported (see the warning at line {opt.ctor.line})"
+                )
+            self._emit_optimizer(opt)
+        self.sites = [s for s in self.sites if s.targets or self._site_ported(s)]
+
+    def _site_ported(self, site: Site) -> bool:
+        return isinstance(site.node, cst.Call) and site.node in self.edits.calls
+
+    def _link_manager(self, opt: _Optimizer) -> None:
+        index = opt.bound.get("loss_scale")
+        if index is None:
+            if opt.kind is Kind.GRAPH_REWRITE:
+                opt.manager = "default"
+            else:
+                opt.problem = "the loss_scale argument is missing"
+            return
+        value = opt.call.args[index].value
+        text = args_.string_value(value)
+        if text is not None:
+            if text == "dynamic":
+                opt.manager = "dynamic"
+            else:
+                opt.problem = f"loss_scale={text!r} is not a loss scale TensorFlow accepts"
+            return
+        if args_.is_numeric_literal(value):
+            opt.manager = "fixed"
+            return
+        ctor = self._ctor_for(value)
+        if ctor is None:
+            opt.problem = (
+                f"its loss scale `{_code(value)}` is not a literal or a DynamicLossScale/"
+                "FixedLossScale built in the same scope, so its kind is unknown"
+            )
+            return
+        opt.manager = "ctor"
+        opt.ctor = ctor
+        ctor.consumers.append(opt)
+
+    def _ctor_for(self, value: cst.BaseExpression) -> _Ctor | None:
+        if isinstance(value, cst.Call):
+            return self._ctors.get(value)
+        if not isinstance(value, cst.Name):
+            return None
+        scope = self.scope(value)
+        if scope is None:
+            return None
+        access = next((a for a in scope.accesses if a.node is value), None)
+        if access is None or len(access.referents) != 1:
+            return None
+        (assignment,) = access.referents
+        if not isinstance(assignment, Assignment) or assignment.scope is not scope:
+            return None
+        if any(type(a) is not Assignment for a in scope[value.value]):
+            return None
+        target = assignment.node
+        statement = self.parent(self.parent(target)) if self.parent(target) else None
+        if not (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and statement.targets[0].target is target
+            and isinstance(statement.value, cst.Call)
+        ):
+            return None
+        ctor = self._ctors.get(statement.value)
+        if ctor is not None:
+            ctor.variable = assignment
+        return ctor
+
+    def _decide_ctor(self, ctor: _Ctor) -> None:
+        what = _code(ctor.call.func)
+        problem = ctor.problem
+        if problem is None and not ctor.consumers:
+            problem = (
+                "it is not passed to an optimizer the tool ports; the NPU managers have another "
+                "interface (no __call__/update), so port its uses by hand"
+            )
+        if problem is None and ctor.variable is not None:
+            passed = {id(o.call.args[o.bound["loss_scale"]].value) for o in ctor.consumers}
+            others = [r for r in ctor.variable.references if id(r.node) not in passed]
+            if others:
+                problem = (
+                    f"`{ctor.variable.name}` is also used at line {self.line(others[0].node)} "
+                    "where a TensorFlow LossScale object is expected"
+                )
+        if problem is None and any(o.problem is not None for o in ctor.consumers):
+            problem = "the optimizer that uses it cannot be ported (see its warning)"
+        if problem is not None:
+            self.findings.append(
+                Finding(
+                    self.path,
+                    ctor.line,
+                    _ctor_rule(ctor.kind),
+                    f"`{what}(...)` left unchanged: {problem}",
+                    "warning",
+                )
+            )
+            return
+        ctor.ported = True
+        target = api.DYNAMIC if ctor.kind is Kind.TF_DYNAMIC else api.FIXED
+        self.edits.calls[ctor.call] = CallEdit(target, ctor.build)
+        self._consume(ctor.call.func)
+        self.sites.append(Site(ctor.call, (target,), self._provider(ctor.call.func)))
+        detail = (
+            " with TF's semantics (decrease on every overflow by 1/multiplier)"
+            if ctor.kind is Kind.TF_DYNAMIC
+            else ""
+        )
+        self.findings.append(
+            Finding(
+                self.path,
+                ctor.line,
+                _ctor_rule(ctor.kind),
+                f"`{what}(...)` -> {target}(...){detail}",
+            )
+        )
+        if ctor.kind is Kind.TF_DYNAMIC:
+            self._dynamic_calls.append(ctor.call)
+
+    def _emit_optimizer(self, opt: _Optimizer) -> None:
+        rule = "graph-rewrite" if opt.kind is Kind.GRAPH_REWRITE else "tf-loss-scale-optimizer"
+        what = _code(opt.call.func)
+        if opt.problem is not None:
+            self.findings.append(
+                Finding(
+                    self.path,
+                    opt.line,
+                    rule,
+                    f"`{what}(...)` left unchanged: {opt.problem}",
+                    "warning",
+                )
+            )
+            return
+        value, why = self._is_distributed(opt.call)
+        targets = [api.OPTIMIZER]
+        if opt.manager in ("dynamic", "default"):
+            targets.append(api.DYNAMIC)
+            self._inline_dynamic.append(opt.call)
+        elif opt.manager == "fixed":
+            targets.append(api.FIXED)
+        self.edits.calls[opt.call] = CallEdit(api.OPTIMIZER, _optimizer_builder(opt, value))
+        site = next(s for s in self.sites if s.node is opt.call)
+        site.targets = tuple(targets)
+        extra = f", is_distributed={_code(value)} because {why}" if value is not None else ""
+        manager = {
+            "dynamic": f"{api.DYNAMIC} equal to loss_scale='dynamic'",
+            "default": f"{api.DYNAMIC} equal to the default loss_scale='dynamic'",
+            "fixed": api.FIXED,
+            "ctor": "the ported loss-scale object",
+        }[opt.manager]
+        self.findings.append(
+            Finding(
+                self.path,
+                opt.line,
+                rule,
+                f"`{what}(...)` -> {api.OPTIMIZER}(opt, {manager}){extra}",
+            )
+        )
+        if opt.kind is Kind.GRAPH_REWRITE:
+            self.findings.append(
+                Finding(
+                    self.path,
+                    opt.line,
+                    "graph-rewrite",
+                    "review by hand: only the loss scaling was ported; on the NPU the compute "
+                    "precision comes from the session's precision_mode (e.g. allow_mix_precision),"
+                    " not from a graph rewrite",
+                    "warning",
+                )
+            )
+
+    def _control_deps(self, call: cst.Call, *, movable: bool) -> None:
+        decision = control_deps_decision(
+            call, parent=self.parent, canonical=self.canonical, scope=self.scope
+        )
+        if decision is None:
+            return
+        with_node, statement, reason = decision
+        if statement is not None and movable:
+            self.edits.hoists[with_node] = statement
+            self._change(
+                call,
+                "manager-in-control-deps",
+                f"the dynamic loss-scale manager moved out of the `with` block at line "
+                f"{self.line(with_node)}: the NPU manager must not be built under "
+                "tf.control_dependencies()",
+            )
+            return
+        self._warn(
+            call,
+            "manager-in-control-deps",
+            "a dynamic loss-scale manager is built inside tf.control_dependencies() (line "
+            f"{self.line(with_node)}), which the NPU adapter does not support; move it out by "
+            f"hand ({reason})",
+        )
+
+    def _leave_vendor_file(self) -> None:
+        """Files importing npu_bridge were ported already: report what is left, change nothing."""
+        changes = [f for f in self.findings if f.kind == "change"]
+        self.findings = [f for f in self.findings if f.kind != "change"]
+        for f in changes:
+            self.findings.append(
+                dataclasses.replace(
+                    f,
+                    rule="npu-bridge",
+                    kind="warning",
+                    message=f"not changed because the file already uses npu_bridge: {f.message}",
+                )
+            )
+        self.edits = Edits()
+        self.sites = []
+
+    def _plan_import_removals(self) -> None:
+        if not self.edits:
+            return
+        for node, index, bound in self._contrib_imports:
+            scope = self.scope(node)
+            if scope is None:
+                continue
+            refs = [
+                r
+                for a in scope.assignments
+                if a.node is node and (a.name == bound or bound.startswith(a.name + "."))
+                for r in a.references
+            ]
+            if refs and all(id(r.node) in self._consumed for r in refs):
+                self.edits.removals.setdefault(node, set()).add(index)
+                self._change(node, "contrib-import", f"removed the unused import of `{bound}`")
+
+
+def _binds_other(scope: Scope, name: str) -> bool:
+    """Whether `name` is visible in `scope` bound to anything but an npu_lossscale import."""
+    if name not in scope:
+        return False
+    for assignment in scope[name]:
+        node = getattr(assignment, "node", None)
+        if not (
+            isinstance(node, cst.ImportFrom)
+            and node.module is not None
+            and _dotted(node.module) == api.LIBRARY
+        ):
+            return True
+    return False
+
+
+def _ctor_rule(kind: Kind) -> str:
+    return "tf-dynamic-loss-scale" if kind is Kind.TF_DYNAMIC else "tf-fixed-loss-scale"
+
+
+def _append_distributed(value: cst.BaseExpression | None) -> Builder | None:
+    if value is None:
+        return None
+
+    def build(arguments: Sequence[cst.Arg], names: Mapping[str, str]) -> list[cst.Arg]:
+        return args_.append_keyword(arguments, "is_distributed", value.deep_clone())
+
+    return build
+
+
+def _tf_dynamic_builder(bound: dict[str, int]) -> Builder:
+    def build(arguments: Sequence[cst.Arg], names: Mapping[str, str]) -> list[cst.Arg]:
+        return args_.tf_dynamic_arguments({k: arguments[i].value for k, i in bound.items()})
+
+    return build
+
+
+def _tf_fixed_builder(bound: dict[str, int]) -> Builder:
+    def build(arguments: Sequence[cst.Arg], names: Mapping[str, str]) -> list[cst.Arg]:
+        index = bound.get("loss_scale_value")
+        if index is None:
+            return list(arguments)
+        out = list(arguments)
+        out[index] = args_.renamed(out[index], "loss_scale")
+        return out
+
+    return build
+
+
+def _optimizer_builder(opt: _Optimizer, value: cst.BaseExpression | None) -> Builder:
+    bound = dict(opt.bound)
+    manager = opt.manager
+
+    def build(arguments: Sequence[cst.Arg], names: Mapping[str, str]) -> list[cst.Arg]:
+        out = list(arguments)
+        index = bound.get("loss_scale")
+        if manager == "default":
+            new = cst.Arg(value=args_.dynamic_manager(names[api.DYNAMIC]))
+            if any(a.keyword is not None for a in out):
+                new = args_.keyword("loss_scale_manager", new.value)
+            out = args_.without_trailing_comma(out) + [new]
+        else:
+            assert index is not None
+            arg = out[index]
+            if manager == "dynamic":
+                arg = arg.with_changes(value=args_.dynamic_manager(names[api.DYNAMIC]))
+            elif manager == "fixed":
+                arg = arg.with_changes(value=args_.fixed_manager(names[api.FIXED], arg.value))
+            out[index] = args_.renamed(arg, "loss_scale_manager")
+        if value is not None:
+            out = args_.append_keyword(out, "is_distributed", value.deep_clone())
+        return out
+
+    return build
+
+
+def _dotted(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return ""
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        yield from _walk(child)

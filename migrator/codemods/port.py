@@ -1,0 +1,22 @@
+"""The loss-scale port as one step: analyse the original tree, then rewrite it."""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from migrator.codemods.loss_scale import LossScaleAnalyzer
+from migrator.codemods.rewriter import PlanRewriter
+from migrator.findings import Finding
+
+
+def port_loss_scale(
+    wrapper: MetadataWrapper, path: str, distributed: str
+) -> tuple[cst.Module, list[Finding]]:
+    """Rewrite the loss-scale APIs of one file; returns the new tree and what was done or left."""
+    analyzer = LossScaleAnalyzer(path, distributed)
+    wrapper.visit(analyzer)
+    if not analyzer.edits:
+        return wrapper.module, analyzer.findings
+    rewriter = PlanRewriter(analyzer.edits, analyzer.imports, analyzer.names)
+    return wrapper.module.visit(rewriter), analyzer.findings

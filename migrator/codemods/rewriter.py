@@ -1,0 +1,176 @@
+"""Apply an analysed plan to the tree, touching only the planned nodes.
+
+Everything else is returned as libcst gives it back, so comments and layout of untouched code
+survive. Statement-level changes (imports added or dropped, a manager hoisted out of a `with`)
+are made while rebuilding each block, so comments on a dropped line move to the next statement
+instead of disappearing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+import libcst as cst
+
+from migrator.codemods.imports import ImportPlan
+from migrator.codemods.loss_scale import Edits
+
+_ImportT = TypeVar("_ImportT", cst.Import, cst.ImportFrom)
+
+
+class PlanRewriter(cst.CSTTransformer):
+    def __init__(self, edits: Edits, imports: ImportPlan, names: Mapping[str, str]) -> None:
+        super().__init__()
+        self.edits = edits
+        self.imports = imports
+        self.names = names
+        self._updated: dict[int, cst.BaseStatement] = {}
+        self._dropped: set[int] = set()
+        self._hoisted: dict[int, cst.BaseStatement] = {}
+
+    # ----------------------------------------------------------------- expressions
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        edit = self.edits.calls.get(original)
+        if edit is None:
+            return updated
+        args = edit.build(updated.args, self.names) if edit.build else list(updated.args)
+        return updated.with_changes(func=cst.Name(self.names[edit.target]), args=args)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self._ref(original, updated)
+
+    def leave_Attribute(
+        self, original: cst.Attribute, updated: cst.Attribute
+    ) -> cst.BaseExpression:
+        return self._ref(original, updated)
+
+    def _ref(self, original: cst.CSTNode, updated: cst.BaseExpression) -> cst.BaseExpression:
+        target = self.edits.refs.get(original)
+        if target is None:
+            return updated
+        return cst.Name(self.names[target], lpar=updated.lpar, rpar=updated.rpar)
+
+    # ----------------------------------------------------------------- imports
+    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:
+        extra = self.imports.merge.get(original)
+        if not extra or isinstance(updated.names, cst.ImportStar):
+            return self._drop_aliases(original, updated)
+        aliases = list(updated.names) + [
+            cst.ImportAlias(
+                name=cst.Name(n),
+                asname=None if n == local else cst.AsName(name=cst.Name(local)),
+            )
+            for n, local in extra
+        ]
+        aliases.sort(key=lambda a: cst.Module([]).code_for_node(a.name))
+        aliases = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in aliases]
+        return updated.with_changes(names=aliases)
+
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:
+        return self._drop_aliases(original, updated)
+
+    def _drop_aliases(self, original: cst.CSTNode, updated: _ImportT) -> _ImportT:
+        gone = self.edits.removals.get(original)
+        if not gone or isinstance(updated.names, cst.ImportStar):
+            return updated
+        kept = [a for i, a in enumerate(updated.names) if i not in gone]
+        if not kept:
+            return updated  # the whole line goes; see leave_SimpleStatementLine
+        parenthesized = isinstance(updated, cst.ImportFrom) and updated.lpar is not None
+        if not parenthesized or max(gone) == len(updated.names) - 1:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(names=kept)
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
+        body = [
+            small for old, small in zip(original.body, updated.body) if not self._fully_removed(old)
+        ]
+        if not body:
+            self._dropped.add(id(updated))
+            return updated
+        if len(body) != len(updated.body):
+            body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            updated = updated.with_changes(body=body)
+        return updated
+
+    def _fully_removed(self, small: cst.BaseSmallStatement) -> bool:
+        gone = self.edits.removals.get(small)
+        names = getattr(small, "names", None)
+        return bool(gone) and isinstance(names, Sequence) and len(gone) == len(names)
+
+    # ----------------------------------------------------------------- hoisting
+    def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
+        statement = self.edits.hoists.get(original)
+        if statement is None or not isinstance(updated.body, cst.IndentedBlock):
+            return updated
+        moved = self._updated[id(statement)]
+        rest = [s for s in updated.body.body if s is not moved]
+        self._hoisted[id(original)] = moved.with_changes(
+            leading_lines=[*updated.leading_lines, *moved.leading_lines]
+        )
+        return updated.with_changes(
+            leading_lines=[],
+            body=updated.body.with_changes(body=rest or [cst.SimpleStatementLine([cst.Pass()])]),
+        )
+
+    # ----------------------------------------------------------------- blocks
+    def leave_IndentedBlock(
+        self, original: cst.IndentedBlock, updated: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        body, footer = self._rebuild(original.body, updated.body, updated.footer)
+        return updated.with_changes(body=body, footer=footer)
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        body, footer = self._rebuild(original.body, updated.body, updated.footer)
+        return updated.with_changes(body=body, footer=footer)
+
+    def _rebuild(
+        self,
+        originals: Sequence[cst.BaseStatement],
+        updated: Sequence[cst.BaseStatement],
+        footer: Sequence[cst.EmptyLine],
+    ) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
+        out: list[cst.BaseStatement] = []
+        carried: list[cst.EmptyLine] = []
+        if len(originals) != len(updated):
+            raise AssertionError("a statement vanished while rewriting; refusing to continue")
+        for old, new in zip(originals, updated):
+            after = self.imports.after.get(old, [])
+            added = list(self.imports.before.get(old, []))
+            kept = id(new) not in self._dropped
+            if kept:
+                hoisted = self._hoisted.get(id(old))
+                added.extend([hoisted, new] if hoisted is not None else [new])
+            else:
+                carried.extend(_comments_of(new))
+            added.extend(after)
+            if added and carried:
+                added[0] = _with_leading(added[0], carried)
+                carried = []
+            if kept:
+                # leave_With finds a hoisted statement by identity among its block's statements
+                self._updated[id(old)] = added[len(added) - len(after) - 1]
+            out.extend(added)
+        if not out:
+            out.append(cst.SimpleStatementLine([cst.Pass()]))
+            out[0] = _with_leading(out[0], carried)
+            carried = []
+        return out, [*carried, *footer]
+
+
+def _comments_of(line: cst.SimpleStatementLine) -> list[cst.EmptyLine]:
+    """The comments a dropped line carried, so they can stay in the file."""
+    kept = [e for e in line.leading_lines if e.comment is not None]
+    trailing = line.trailing_whitespace.comment
+    if trailing is not None:
+        kept.append(cst.EmptyLine(comment=trailing))
+    return kept
+
+
+def _with_leading(statement: cst.BaseStatement, extra: list[cst.EmptyLine]) -> cst.BaseStatement:
+    if not extra:
+        return statement
+    return statement.with_changes(leading_lines=[*extra, *statement.leading_lines])
