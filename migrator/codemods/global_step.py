@@ -205,9 +205,6 @@ def build_plan(facts: Iterable[GlobalStepFacts]) -> GlobalStepPlan:
     blocked: dict[tuple[str, str], tuple[str, int]] = {}  # function -> (reason, line)
     functions = {(f.path, fn.key): (f, fn) for f in resolver.files.values() for fn in f.functions}
     for (path, key), (_, fn) in functions.items():
-        if fn.problem is not None:
-            blocked[path, key] = (fn.problem, fn.problem_line)
-            continue
         targets: set[tuple[str, str]] = set()
         builtin = False
         problems: list[str] = []
@@ -222,7 +219,9 @@ def build_plan(facts: Iterable[GlobalStepFacts]) -> GlobalStepPlan:
                 "receives it, so the step would advance twice"
             )
         uses[path, key] = targets
-        if problems:
+        if fn.problem is not None:
+            blocked[path, key] = (fn.problem, fn.problem_line)
+        elif problems:
             blocked[path, key] = ("; ".join(problems), fn.line)
     # All or nothing: a class shared with a function that cannot move must not gain an increment,
     # and then no function using that class may lose its own.

@@ -311,6 +311,13 @@ class Analyzer(cst.CSTVisitor):
             return
         info = StepFunction(key, fn.name.value, self.line(fn), step=updates[0][1][0])
         self.result.step_functions.append(info)
+        # The optimizers are traced even when the update itself is unusual: the plan needs them
+        # to keep every class this function shares with others unchanged as well.
+        try:
+            self._call_sites(fn, info)
+            self._optimizers(info, fn, assigns)
+        except _Problem as problem:
+            info.problem, info.problem_line = problem.reason, problem.line
         try:
             if len({u[0] for _, u in updates}) != 1:
                 raise _Problem("it updates more than one step variable", self.line(fn))
@@ -321,11 +328,8 @@ class Analyzer(cst.CSTVisitor):
                 block = blocks.get(id(stmt))
                 info.increments.append(self._increment(fn, info.step, stmt, block, assigns))
             self._check_private(fn, info)
-            self._call_sites(fn, info)
-            self._optimizers(info, fn, assigns)
         except _Problem as problem:
-            info.problem = problem.reason
-            info.problem_line = problem.line
+            info.problem, info.problem_line = problem.reason, problem.line
 
     def _is_global_step(self, name: str, assigns: dict[str, list]) -> bool:
         if name == "global_step":
@@ -549,19 +553,28 @@ class Analyzer(cst.CSTVisitor):
                 line,
             )
         for value in values:
-            if not isinstance(value, cst.Call):
-                raise _Problem(
-                    f"cannot tell the class of `{self.module.code_for_node(value)}`",
-                    self.line(value),
-                )
-            inner = positional(value)[:1]
-            wrapped = name_of(inner[0]) if inner else None
-            if wrapped is not None and (
-                wrapped == name or is_optimizer_wrapper(self.qnames(value.func))
-            ):
-                self._trace(wrapped, assigns, seen, info, self.line(value))
-                continue
-            info.optimizers.append(self.ref(value.func))
+            self._trace_value(value, name, assigns, seen, info)
+
+    def _trace_value(
+        self,
+        value: cst.BaseExpression,
+        name: str,
+        assigns: dict,
+        seen: set[str],
+        info: StepFunction,
+    ) -> None:
+        if not isinstance(value, cst.Call):
+            raise _Problem(
+                f"cannot tell the class of `{self.module.code_for_node(value)}`", self.line(value)
+            )
+        inner = positional(value)[:1]
+        if inner and (name_of(inner[0]) == name or is_optimizer_wrapper(self.qnames(value.func))):
+            if isinstance(inner[0], cst.Name):
+                self._trace(inner[0].value, assigns, seen, info, self.line(value))
+            else:
+                self._trace_value(inner[0], name, assigns, seen, info)
+            return
+        info.optimizers.append(self.ref(value.func))
 
 
 class _Problem(Exception):

@@ -1,0 +1,250 @@
+"""The global-step move through the real CLI, checked on the parsed output (ast), not on text."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+from cli_runner import run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures" / "migrator" / "bert"
+MOVE, MANUAL = "global-step-move", "global-step-manual"
+
+
+def _copy(tmp_path: Path, *names: str) -> Path:
+    src = tmp_path / "src"
+    for name in names:
+        target = src / Path(name).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(FIXTURES / name, target)
+    return src
+
+
+def _migrate(tmp_path: Path, src: Path, *paths: Path) -> dict:
+    report = tmp_path / f"report{len(list(tmp_path.glob('report*.json')))}.json"
+    proc = run_cli(*(paths or (src,)), "--write", "--no-color", "--report", report, "-j", "1")
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(report.read_text(encoding="utf-8"))
+
+
+def _findings(report: dict, rule: str, name: str) -> list[dict]:
+    return [f for f in report["findings"] if f["rule"] == rule and f["path"].endswith(name)]
+
+
+def _function(tree: ast.AST, name: str) -> ast.FunctionDef:
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef:
+    klass = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return next(n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def _step_updates(node: ast.AST, step: str = "global_step") -> list[ast.Call]:
+    return [
+        c
+        for c in ast.walk(node)
+        if isinstance(c, ast.Call)
+        and isinstance(c.func, ast.Attribute)
+        and c.func.attr in ("assign", "assign_add")
+        and isinstance(c.func.value, ast.Name)
+        and c.func.value.id == step
+    ]
+
+
+def _assert_guarded_increment_before_return(method: ast.FunctionDef, updates: str) -> None:
+    *_, guard, ret = method.body
+    assert isinstance(ret, ast.Return)
+    assert isinstance(guard, ast.If)
+    test = guard.test
+    assert isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.IsNot)
+    assert isinstance(test.left, ast.Name) and test.left.id == "global_step"
+    assert isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
+    extend = guard.body[-1].value
+    assert isinstance(extend, ast.Call) and ast.unparse(extend.func) == f"{updates}.extend"
+    assert len(_step_updates(guard)) == 1
+    assert len(_step_updates(method)) == 1  # nothing else advances the step
+
+
+def _step_code(path: Path) -> list[str]:
+    """Every statement that computes or applies the step, and the apply calls, as source."""
+    tree = ast.parse(path.read_text())
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.If):
+            if "global_step" in ast.unparse(n.test):
+                out.append(ast.unparse(n))
+        elif isinstance(n, (ast.Assign, ast.Return)):
+            code = ast.unparse(n)
+            if "global_step" in code or "apply_gradients" in code:
+                out.append(code)
+    return out
+
+
+def _line_of(path: Path, text: str, occurrence: int = 0) -> int:
+    lines = [i for i, s in enumerate(path.read_text().splitlines(), 1) if text in s]
+    return lines[occurrence]
+
+
+def test_bert_create_optimizer_moves_step_into_both_optimizers(tmp_path):
+    src = _copy(tmp_path, "optimization.py")
+    original = src / "optimization.py"
+    first_update = _line_of(original, "new_global_step = global_step + 1", 0)
+    second_update = _line_of(original, "if use_fp16 or manual_fp16:", 1)
+    bare_apply = _line_of(original, "train_op = optimizer.apply_gradients(")
+    report = _migrate(tmp_path, src)
+    tree = ast.parse((src / "optimization.py").read_text())
+
+    create = _function(tree, "create_optimizer")
+    assert _step_updates(create) == []
+    assert not any(
+        isinstance(t, ast.Name) and t.id == "new_global_step"
+        for n in ast.walk(create)
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+    )
+    for cls in ("AdamWeightDecayOptimizer", "LAMBOptimizer"):
+        method = _method(tree, cls, "apply_gradients")
+        _assert_guarded_increment_before_return(method, "assignments")
+    applies = [
+        c
+        for c in ast.walk(create)
+        if isinstance(c, ast.Call)
+        and isinstance(c.func, ast.Attribute)
+        and c.func.attr == "apply_gradients"
+    ]
+    assert len(applies) == 2
+    for call in applies:
+        assert [ast.unparse(k.value) for k in call.keywords if k.arg == "global_step"] == [
+            "global_step"
+        ]
+    # The original update is kept as comments, never lost.
+    text = (src / "optimization.py").read_text()
+    assert "#   new_global_step = tf.cond(all_are_finite, lambda: global_step + 1" in text
+
+    moves = _findings(report, MOVE, "optimization.py")
+    assert {f["line"] for f in moves} >= {first_update, second_update, bare_apply}
+    assert len([f for f in moves if "apply_gradients: advances" in f["message"]]) == 2
+    assert _findings(report, MANUAL, "optimization.py") == []
+
+
+def test_second_run_changes_nothing(tmp_path):
+    src = _copy(
+        tmp_path, "optimization.py", "crossfile/run_pretraining.py", "crossfile/custom_opt.py"
+    )
+    _migrate(tmp_path, src)
+    once = {p.name: p.read_bytes() for p in src.iterdir()}
+    report = _migrate(tmp_path, src)
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == once
+    assert report["summary"]["changes"] == 0
+    assert report["findings"] == []
+
+
+def test_class_in_another_processed_file(tmp_path):
+    src = _copy(tmp_path, "crossfile/run_pretraining.py", "crossfile/custom_opt.py")
+    increment_line = _line_of(src / "run_pretraining.py", "global_step.assign_add(1)")
+    report = _migrate(tmp_path, src)
+    trainer = ast.parse((src / "run_pretraining.py").read_text())
+    build = _function(trainer, "build_train_op")
+    assert _step_updates(build) == []
+    (apply,) = [
+        c
+        for c in ast.walk(build)
+        if isinstance(c, ast.Call) and getattr(c.func, "attr", None) == "apply_gradients"
+    ]
+    assert [ast.unparse(k.value) for k in apply.keywords if k.arg == "global_step"] == [
+        "global_step"
+    ]
+    opt_text = (src / "custom_opt.py").read_text()
+    _assert_guarded_increment_before_return(
+        _method(ast.parse(opt_text), "LambLike", "apply_gradients"), "updates"
+    )
+    # The inserted lines follow the file's tab indentation and single quotes.
+    assert "\t\tif global_step is not None:\n\t\t\tnew_global_step = global_step + 1\n" in opt_text
+    assert "name='step_update'" in opt_text
+    assert increment_line in {f["line"] for f in _findings(report, MOVE, "run_pretraining.py")}
+    assert _findings(report, MOVE, "custom_opt.py")
+
+
+def test_class_file_not_processed_is_left_for_review(tmp_path):
+    src = _copy(tmp_path, "crossfile/run_pretraining.py", "crossfile/custom_opt.py")
+    before = (src / "run_pretraining.py").read_bytes()
+    report = _migrate(tmp_path, src, src / "run_pretraining.py")
+    assert _step_updates(_function(ast.parse(before), "build_train_op"))
+    assert (src / "run_pretraining.py").read_bytes().count(b"global_step.assign_add(1)") == 1
+    assert _findings(report, MOVE, "run_pretraining.py") == []
+    (warning,) = _findings(report, MANUAL, "run_pretraining.py")
+    assert (
+        "custom_opt" in warning["message"]
+        and "not among the processed files" in (warning["message"])
+    )
+
+
+def test_increment_conditional_on_something_else_is_untouched(tmp_path):
+    src = _copy(tmp_path, "negative/cond_other.py")
+    before = _step_code(src / "cond_other.py")
+    cond_line = _line_of(src / "cond_other.py", "tf.cond(is_training")
+    report = _migrate(tmp_path, src)
+    assert _step_code(src / "cond_other.py") == before
+    (warning,) = _findings(report, MANUAL, "cond_other.py")
+    assert warning["line"] == cond_line and warning["kind"] == "warning"
+    assert "is_training" in warning["message"]
+    assert _findings(report, MOVE, "cond_other.py") == []
+
+
+def test_class_defined_elsewhere_is_untouched(tmp_path):
+    src = _copy(tmp_path, "negative/external_class.py")
+    before = _step_code(src / "external_class.py")
+    report = _migrate(tmp_path, src)
+    assert _step_code(src / "external_class.py") == before
+    assert _findings(report, MOVE, "external_class.py") == []
+    (warning,) = _findings(report, MANUAL, "external_class.py")
+    assert "FancyOptimizer" in warning["message"] and "some_external_lib" in warning["message"]
+
+
+def test_builtin_optimizer_and_already_moved_code_need_nothing(tmp_path):
+    src = _copy(tmp_path, "negative/builtin_momentum.py", "negative/already_moved.py")
+    before = {p.name: _step_code(p) for p in src.iterdir()}
+    report = _migrate(tmp_path, src)
+    assert {p.name: _step_code(p) for p in src.iterdir()} == before
+    assert len(before["already_moved.py"]) > 3  # the check sees the existing guarded increment
+    rules = {f["rule"] for f in report["findings"]}
+    assert not rules & {MOVE, MANUAL}
+
+
+def test_shared_class_moves_all_or_nothing(tmp_path):
+    """One class used by a movable function and by one that is not: nothing changes anywhere."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "opt.py").write_text(
+        "import tensorflow as tf\n\n\n"
+        "class Shared(tf.train.Optimizer):\n"
+        "    def apply_gradients(self, grads_and_vars, global_step=None, name=None):\n"
+        "        ops = [v.assign_sub(g) for g, v in grads_and_vars]\n"
+        "        return tf.group(*ops, name=name)\n"
+    )
+    body = (
+        "    global_step = tf.train.get_or_create_global_step()\n"
+        "    opt = tf.contrib.mixed_precision.LossScaleOptimizer(Shared(False, 's'), manager)\n"
+        "    train_op = opt.minimize(loss)\n"
+        "    new_global_step = {new}\n"
+        "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n"
+        "    return train_op\n"
+    )
+    (src / "train.py").write_text(
+        "import tensorflow as tf\nfrom opt import Shared\n\n\n"
+        "def good(loss, manager):\n" + body.format(new="global_step + 1") + "\n\n"
+        "def bad(loss, manager, flag):\n"
+        + body.format(new="tf.cond(flag, lambda: global_step + 1, lambda: global_step)")
+    )
+    before = {p.name: _step_code(p) for p in src.iterdir()}
+    report = _migrate(tmp_path, src)
+    assert {p.name: _step_code(p) for p in src.iterdir()} == before
+    assert report["summary"]["changes"] == sum(len(f["changes"]) for f in report["files"])
+    assert not [f for f in report["findings"] if f["rule"] == MOVE]
+    messages = [f["message"] for f in _findings(report, MANUAL, "train.py")]
+    assert len(messages) == 2
+    assert any(m.startswith("good ") and "bad" in m for m in messages)
+    assert any(m.startswith("bad ") and "flag" in m for m in messages)
