@@ -1,0 +1,121 @@
+"""Per-step cost of loss scaling: bare Adam vs TensorFlow's loss-scale optimizer vs ours.
+
+One graph-mode model (a few million parameters, small batch, so the optimizer's per-element work
+dominates the step) is trained with the same inner tf.compat.v1.train.AdamOptimizer under each
+configuration. Runs are interleaved round-robin so that load from other processes hits all
+configurations alike; the figure of merit is a ratio of medians:
+
+    (ours - bare) / (TensorFlow's MixedPrecisionLossScaleOptimizer(opt, "dynamic") - bare)
+
+per overflow mode. Below 1 means our loss scaling costs less than TensorFlow's own.
+
+    .venv/bin/python benchmarks/overhead.py [--steps N] [--rounds N] [--width N] [--batch N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import npu_lossscale as nl  # noqa: E402
+
+CONFIGS = ("bare", "tensorflow", "ours-inf_nan", "ours-saturation")
+
+
+def _dense(x: tf.Tensor, units: int, name: str) -> tf.Tensor:
+    with tf.compat.v1.variable_scope(name):
+        kernel = tf.compat.v1.get_variable(
+            "kernel",
+            [int(x.shape[-1]), units],
+            initializer=tf.compat.v1.glorot_uniform_initializer(),
+        )
+        bias = tf.compat.v1.get_variable("bias", [units], initializer=tf.zeros_initializer())
+    return tf.matmul(x, kernel) + bias
+
+
+def build(config: str, width: int, depth: int, batch: int, seed: int = 0):
+    """A session and train op for ``config``; same model and data for every configuration."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.set_random_seed(seed)
+        rng = np.random.default_rng(seed)
+        inputs = tf.constant(rng.standard_normal((batch, width)), tf.float32)
+        labels = tf.constant(rng.integers(0, 10, batch), tf.int32)
+        hidden = inputs
+        for layer in range(depth):
+            hidden = tf.nn.relu(_dense(hidden, width, f"dense{layer}"))
+        logits = _dense(hidden, 10, "logits")
+        loss = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        )
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        opt = tf.compat.v1.train.AdamOptimizer(1e-4)
+        if config == "tensorflow":
+            opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, "dynamic")
+        elif config.startswith("ours-"):
+            manager = nl.ExponentialUpdateLossScaleManager(
+                2**15, 2000, overflow_mode=config.split("-", 1)[1]
+            )
+            opt = nl.NPULossScaleOptimizer(opt, manager)
+        train_op = opt.minimize(loss, global_step=global_step)
+        params = sum(int(np.prod(v.shape)) for v in tf.compat.v1.trainable_variables())
+        session = tf.compat.v1.Session(graph=graph)
+        session.run(tf.compat.v1.global_variables_initializer())
+    return session, train_op, params
+
+
+def time_steps(session, train_op, steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        session.run(train_op)
+    return (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30, help="steps per timed run")
+    parser.add_argument("--rounds", type=int, default=15, help="round-robin rounds")
+    parser.add_argument("--width", type=int, default=1024, help="hidden layer width")
+    parser.add_argument("--depth", type=int, default=3, help="hidden layers")
+    parser.add_argument("--batch", type=int, default=8, help="batch size")
+    args = parser.parse_args()
+
+    built = {c: build(c, args.width, args.depth, args.batch) for c in CONFIGS}
+    params = built["bare"][2]
+    print(
+        f"model: {args.depth} dense layers of {args.width}, {params / 1e6:.2f}M parameters, "
+        f"batch {args.batch}; {args.rounds} rounds x {args.steps} steps, interleaved"
+    )
+    for session, train_op, _ in built.values():
+        time_steps(session, train_op, 5)  # warm-up: graph optimisation, allocations
+    samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    for _ in range(args.rounds):
+        for config in CONFIGS:
+            session, train_op, _ = built[config]
+            samples[config].append(time_steps(session, train_op, args.steps))
+
+    median = {c: statistics.median(samples[c]) for c in CONFIGS}
+    for config in CONFIGS:
+        print(f"  {config:<16} median step {median[config] * 1e3:8.3f} ms")
+    tf_overhead = median["tensorflow"] - median["bare"]
+    print(f"  TensorFlow's overhead over bare: {tf_overhead * 1e3:.3f} ms/step")
+    for mode in ("inf_nan", "saturation"):
+        ours = median[f"ours-{mode}"] - median["bare"]
+        ratio = ours / tf_overhead if tf_overhead > 0 else float("nan")
+        print(
+            f"  {mode:<10} our overhead {ours * 1e3:7.3f} ms/step, "
+            f"ratio ours/TensorFlow = {ratio:.2f} (target <= 0.6)"
+        )
+    for session, _, _ in built.values():
+        session.close()
+
+
+if __name__ == "__main__":
+    main()
