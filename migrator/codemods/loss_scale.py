@@ -430,8 +430,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             problem = "the optimizer argument is missing"
         if kind is Kind.GRAPH_REWRITE and isinstance(self.parent(call), cst.Expr):
             problem = (
-                "its result is unused: in TF1 graph mode the rewritten optimizer must be the one "
-                "that is minimized; nothing to port here, review by hand"
+                "its result is unused, so it only switches on TF's fp16 graph rewrite and no loss "
+                "scaling happens here; on the NPU the compute precision comes from the session's "
+                "precision_mode, review by hand"
             )
         self._optimizers.append(
             _Optimizer(call, kind, self.line(call), problem, bound if problem is None else {})

@@ -108,11 +108,8 @@ class PlanRewriter(cst.CSTTransformer):
             return updated
         moved = self._updated[id(statement)]
         rest = [s for s in updated.body.body if s is not moved]
-        self._hoisted[id(original)] = moved.with_changes(
-            leading_lines=[*updated.leading_lines, *moved.leading_lines]
-        )
+        self._hoisted[id(original)] = moved
         return updated.with_changes(
-            leading_lines=[],
             body=updated.body.with_changes(body=rest or [cst.SimpleStatementLine([cst.Pass()])]),
         )
 
