@@ -1,0 +1,97 @@
+"""TF2 custom loops: GradientTape with get_scaled_loss / get_unscaled_gradients, eagerly and in
+tf.function, plus eager minimize; v1 optimizers update tf.Variables eagerly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from chip import saturate
+
+import npu_lossscale as nl
+
+
+def make(mode: str, scale: float = 1024.0):
+    w = tf.Variable([1.0, 2.0, 3.0])
+    step = tf.Variable(0, dtype=tf.int64)
+    manager = nl.FixedLossScaleManager(scale, overflow_mode=mode)
+    opt = nl.NPULossScaleOptimizer(tf.compat.v1.train.AdamOptimizer(0.1), manager)
+    return w, step, opt
+
+
+def tape_step(w, step, opt, k):
+    with tf.GradientTape() as tape:
+        loss = k * tf.reduce_sum(w * w)
+        scaled = opt.get_scaled_loss(loss)
+    scaled_grad = tape.gradient(scaled, w)
+    (grad,) = opt.get_unscaled_gradients([scaled_grad])
+    opt.apply_gradients([(grad, w)], global_step=step)
+    return grad
+
+
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+def test_tape_loop_unscales_applies_and_skips(mode):
+    w, step, opt = make(mode)
+    grad = tape_step(w, step, opt, tf.constant(1.0))
+    np.testing.assert_array_equal(grad.numpy(), [2.0, 4.0, 6.0])  # d/dw sum(w^2) = 2w
+    assert int(step.numpy()) == 1 and bool(opt.last_step_applied.numpy())
+    before = w.numpy().copy()
+    tape_step(w, step, opt, tf.constant(np.inf))
+    np.testing.assert_array_equal(w.numpy(), before)
+    assert int(step.numpy()) == 1 and not bool(opt.last_step_applied.numpy())
+    assert int(opt.skipped_steps.numpy()) == 1
+    tape_step(w, step, opt, tf.constant(1.0))
+    assert int(step.numpy()) == 2
+
+
+def test_tape_loop_saturation_only_in_saturation_mode():
+    # k = 20: scaled gradient of w[2] = 1024 * 20 * 6 = 122880 >= 65504, finite in float32.
+    for mode, applied in (("inf_nan", True), ("saturation", False)):
+        w, step, opt = make(mode)
+        tape_step(w, step, opt, tf.constant(20.0))
+        assert bool(opt.last_step_applied.numpy()) is applied
+        assert int(step.numpy()) == int(applied)
+
+
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+def test_tape_loop_inside_tf_function(mode):
+    w, step, opt = make(mode)
+
+    @tf.function
+    def train(k):
+        tape_step(w, step, opt, k)
+
+    train(tf.constant(1.0))
+    assert int(step.numpy()) == 1
+    before = w.numpy().copy()
+    train(tf.constant(np.nan))
+    np.testing.assert_array_equal(w.numpy(), before)
+    assert int(step.numpy()) == 1
+    assert int(opt.skipped_steps.numpy()) == 1
+    train(tf.constant(20.0))  # saturates only in saturation mode
+    assert int(step.numpy()) == (2 if mode == "inf_nan" else 1)
+    train(tf.constant(1.0))
+    assert int(opt.skipped_steps.numpy()) == (1 if mode == "inf_nan" else 2)
+
+
+def test_crafted_chip_gradients_eagerly():
+    w, step, opt = make("saturation")
+    chip_grads = saturate(np.array([1.0, 1e6, np.nan], np.float32))  # as the chip returns them
+    (grad,) = opt.get_unscaled_gradients([tf.constant(chip_grads)])
+    opt.apply_gradients([(grad, w)], global_step=step)
+    assert int(step.numpy()) == 0 and not bool(opt.last_step_applied.numpy())
+
+
+def test_eager_minimize_with_callable_loss():
+    w, step, opt = make("inf_nan")
+    opt.minimize(lambda: tf.reduce_sum(w * w), global_step=step)
+    assert int(step.numpy()) == 1
+    assert np.all(w.numpy() < [1.0, 2.0, 3.0])
+
+
+def test_foreign_gradients_are_checked_under_the_mode():
+    w, step, opt = make("saturation")
+    opt.apply_gradients([(tf.constant([0.0, 64.0, 0.0]), w)], global_step=step)  # 64*1024
+    assert int(step.numpy()) == 0
+    opt.apply_gradients([(tf.constant([0.0, 1.0, 0.0]), w)], global_step=step)
+    assert int(step.numpy()) == 1
