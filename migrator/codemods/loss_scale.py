@@ -132,6 +132,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self._ported_dynamic: list[cst.Call] = []
         self._inline_dynamic: list[cst.Call] = []
         self._skip: set[int] = set()
+        self._removed_bindings: set[tuple[int, str]] = set()
         self._global: Scope | None = None
         self.names: dict[str, str] = {}
         self.imports = ImportPlan()
@@ -190,7 +191,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         top_level = [i for i in self.npu_imports if self.parent(self.parent(i)) is original_node]
         self.imports = plan_imports(original_node, self.sites, names, top_level, self.parent)
         if self.imports.merge or self.imports.after or self.imports.before:
-            needed = ", ".join(sorted(names[t] for t in {t for s in self.sites for t in s.targets}))
+            used = {t for s in self.sites for t in s.targets}
+            needed = ", ".join(t if names[t] == t else f"{t} as {names[t]}" for t in sorted(used))
             self.findings.append(
                 Finding(
                     self.path,
@@ -207,12 +209,29 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             free = [
                 c
                 for c in (needed, _ALIASES[needed])
-                if not any(_binds_other(scope, c) for scope in scopes.values())
+                if not any(self._binds_other(scope, c) for scope in scopes.values())
             ]
             if not free:
                 return None
             names[needed] = free[0]
         return names
+
+    def _binds_other(self, scope: Scope, name: str) -> bool:
+        """Whether `name` is visible in `scope` bound to something that stays in the file and is
+        not an npu_lossscale import (a contrib import the port removes does not count)."""
+        if name not in scope:
+            return False
+        for assignment in scope[name]:
+            node = getattr(assignment, "node", None)
+            if (id(node), name) in self._removed_bindings:
+                continue
+            if not (
+                isinstance(node, cst.ImportFrom)
+                and node.module is not None
+                and _dotted(node.module) == api.LIBRARY
+            ):
+                return True
+        return False
 
     def _give_up(self, rule: str, message: str) -> None:
         first = min((f.line for f in self.findings if f.kind == "change"), default=1)
@@ -473,7 +492,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                     self.path,
                     line,
                     "contrib-optimizer",
-                    f"LossScaleOptimizer(...) -> {api.OPTIMIZER}(...){extra}",
+                    f"`{_code(call.func)}(...)` -> {api.OPTIMIZER}(...){extra}",
                 )
             )
         for call in self._dynamic_calls:
@@ -731,22 +750,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             ]
             if refs and all(id(r.node) in self._consumed for r in refs):
                 self.edits.removals.setdefault(node, set()).add(index)
+                self._removed_bindings.add((id(node), bound))
                 self._change(node, "contrib-import", f"removed the unused import of `{bound}`")
-
-
-def _binds_other(scope: Scope, name: str) -> bool:
-    """Whether `name` is visible in `scope` bound to anything but an npu_lossscale import."""
-    if name not in scope:
-        return False
-    for assignment in scope[name]:
-        node = getattr(assignment, "node", None)
-        if not (
-            isinstance(node, cst.ImportFrom)
-            and node.module is not None
-            and _dotted(node.module) == api.LIBRARY
-        ):
-            return True
-    return False
 
 
 def _ctor_rule(kind: Kind) -> str:
