@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from npu_lossscale import overflow
+from npu_lossscale import distributed, overflow
 from npu_lossscale.managers import LossScaleManager
 from npu_lossscale.modes import OverflowMode
 
@@ -79,8 +79,6 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
         if not isinstance(is_distributed, bool):
             raise ValueError(f"is_distributed must be True or False; got {is_distributed!r}")
         if reducer is not None:
-            from npu_lossscale import distributed
-
             distributed.check_reducer_argument(reducer)
         super().__init__(use_locking=False, name=name)
         self._opt = opt
@@ -258,9 +256,9 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
     ) -> Any:
         """Apply the gradients (and increment ``global_step``) only if the step is clean."""
         grads_and_vars = tuple(grads_and_vars)
-        if self._is_distributed:
-            from npu_lossscale import distributed
-
+        # Inside a strategy's replica function the decision has to be taken in cross-replica
+        # context even for is_distributed=False (one replica), so that path goes there too.
+        if self._is_distributed or distributed.in_strategy_replica_context():
             return distributed.apply_distributed(self, grads_and_vars, global_step, name)
         overflow_status = self._local_overflow([g for g, _ in grads_and_vars])
         return self._apply_if_clean(

@@ -49,7 +49,7 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> dict:
     assert process.returncode == 0, output[-6000:]
     data = json.loads(out.read_text())
     assert len(data["devices"]) == 2
-    return data["results"]
+    return data
 
 
 @pytest.mark.parametrize("api", ["graph", "function"])
@@ -59,7 +59,7 @@ def test_mirrored_replicas_take_one_decision(
     mirrored: dict, api: str, mode: str, schedule: str
 ) -> None:
     """Overflow on one replica only -> both skip; identical weights, scales and counters."""
-    records = mirrored[f"{api}/{mode}/{schedule}"]
+    records = mirrored["results"][f"{api}/{mode}/{schedule}"]
     expected = EXPECTED[schedule]
     assert len(records) == len(expected)
     for number, (seen, want) in enumerate(zip(records, expected)):
@@ -74,7 +74,7 @@ def test_mirrored_replicas_take_one_decision(
 
 def test_without_the_all_reduce_the_scenario_catches_the_bug(mirrored: dict) -> None:
     """Control: a reducer that only looks at its own flag lets replica 0 apply replica 1's inf."""
-    after_step_1 = mirrored["graph/inf_nan/mixed/local-only"][1]
+    after_step_1 = mirrored["results"]["graph/inf_nan/mixed/local-only"][1]
     assert not np.all(np.isfinite(after_step_1["w"]))
 
 
@@ -203,3 +203,33 @@ def test_single_replica_strategy_needs_no_collective() -> None:
             session.run(train_op, {poison: 1.0})
             np.testing.assert_array_equal(session.run(weights), [0.5, -1.0])
             assert session.run(manager.get_loss_scale()) == 128.0
+
+
+def test_not_distributed_with_two_replicas_is_refused(mirrored: dict) -> None:
+    message = mirrored["not_distributed_error"]
+    assert "2 replicas" in message and "is_distributed=True" in message, message
+
+
+def test_not_distributed_with_one_replica_strategy_works() -> None:
+    """The single-device case keeps is_distributed=False (the vendor's rule) under a strategy."""
+    graph = tf.Graph()
+    with graph.as_default():
+        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+        with strategy.scope():
+            weights = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+            manager = ExponentialUpdateLossScaleManager(
+                256, 2, decr_every_n_nan_or_inf=1, decr_ratio=0.5, overflow_mode="inf_nan"
+            )
+            optimizer = NPULossScaleOptimizer(_sgd(), manager)
+            poison = tf.compat.v1.placeholder(tf.float32, [])
+            train_op = strategy.group(
+                strategy.extended.call_for_each_replica(
+                    lambda: optimizer.minimize(0.5 * tf.reduce_sum(weights * weights) * poison)
+                )
+            )
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op, {poison: float("inf")})
+            session.run(train_op, {poison: 1.0})
+            np.testing.assert_array_equal(session.run(weights), [0.5, -1.0])
+            assert session.run([manager.get_loss_scale(), manager.skipped_steps]) == [128.0, 1]

@@ -13,6 +13,8 @@ import sys
 import tensorflow as tf
 import training
 
+from npu_lossscale import NPULossScaleOptimizer
+
 MODES = ("inf_nan", "saturation")
 
 
@@ -103,6 +105,28 @@ def _jsonable(observed: dict) -> dict:
     return {key: [value.tolist() for value in values] for key, values in observed.items()}
 
 
+def _not_distributed_error(devices: list[str]) -> str:
+    """is_distributed=False with two replicas must refuse to build, with a message."""
+    graph = tf.Graph()
+    with graph.as_default():
+        strategy = tf.distribute.MirroredStrategy(devices)
+        with strategy.scope():
+            weights = tf.compat.v1.get_variable(
+                "w", initializer=training.INITIAL_WEIGHTS, use_resource=True
+            )
+            manager = training.make_manager("inf_nan")
+            optimizer = NPULossScaleOptimizer(
+                tf.compat.v1.train.GradientDescentOptimizer(training.LEARNING_RATE), manager
+            )
+            try:
+                strategy.extended.call_for_each_replica(
+                    lambda: optimizer.minimize(tf.reduce_sum(weights), var_list=[weights])
+                )
+            except ValueError as error:
+                return str(error)
+    return ""
+
+
 def main(out_path: str) -> None:
     devices = _configure_two_cpus()
     results = {}
@@ -114,8 +138,12 @@ def main(out_path: str) -> None:
     results["graph/inf_nan/mixed/local-only"] = _graph_scenario(
         devices, "inf_nan", training.SCHEDULES["mixed"], LocalOnly()
     )
+    not_distributed = _not_distributed_error(devices)
     with open(out_path, "w", encoding="utf-8") as handle:
-        json.dump({"devices": devices, "results": results}, handle)
+        json.dump(
+            {"devices": devices, "results": results, "not_distributed_error": not_distributed},
+            handle,
+        )
 
 
 if __name__ == "__main__":
