@@ -195,7 +195,7 @@ def cli(
     _validate(write, output_dir, copy_unchanged, check, reports, paths)
     mode = "write" if write else "output-dir" if output_dir else "diff"
     prune = output_dir.resolve() if output_dir else None
-    files = discover(paths, exclude, prune=prune)
+    found = discover(paths, exclude, prune=prune)
     config = RunConfig(
         mode=mode,
         output_dir=output_dir,
@@ -203,7 +203,13 @@ def cli(
         jobs=jobs or os.cpu_count() or 1,
         distributed=distributed,
     )
-    result = run(files, config, paths, progress=_progress_factory(quiet))
+    result = run(
+        found.files,
+        config,
+        paths,
+        progress=_progress_factory(quiet),
+        listing_errors=found.errors,
+    )
 
     if mode == "diff":
         _print_diffs(result, _use_color(color))

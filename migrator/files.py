@@ -45,8 +45,13 @@ def is_excluded(relative: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(c, p) for p in patterns for c in candidates)
 
 
-def _walk_python_files(root: Path, patterns: Sequence[str], prune: Path | None) -> Iterator[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
+def _walk_python_files(
+    root: Path, patterns: Sequence[str], prune: Path | None, errors: list[tuple[str, str]]
+) -> Iterator[Path]:
+    def unlistable(exc: OSError) -> None:
+        errors.append((os.path.normpath(exc.filename), f"cannot list directory: {exc.strerror}"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
         here = Path(dirpath)
         rel_dir = here.relative_to(root).as_posix()
         prefix = "" if rel_dir == "." else rel_dir + "/"
@@ -62,10 +67,17 @@ def _walk_python_files(root: Path, patterns: Sequence[str], prune: Path | None) 
                 yield here / name
 
 
+@dataclass
+class Discovery:
+    files: list[SourceFile]
+    # (path, reason) of directories that could not be listed: reported, never skipped quietly.
+    errors: list[tuple[str, str]]
+
+
 def discover(
     inputs: Sequence[Path], exclude: Sequence[str] = (), prune: Path | None = None
-) -> list[SourceFile]:
-    """Expand files and directories into the Python files to process, once each, in stable order.
+) -> Discovery:
+    """Expand files and directories into the Python files to process, once each.
 
     A file named explicitly is taken whatever its suffix (the user asked for it) unless an exclude
     glob matches its name; directories contribute their `*.py` files recursively. `prune` is a
@@ -73,6 +85,7 @@ def discover(
     """
     seen: set[str] = set()
     found: list[SourceFile] = []
+    errors: list[tuple[str, str]] = []
 
     def add(path: Path) -> None:
         # Lexical, not resolved: one syscall-free key per file keeps discovery of big trees fast;
@@ -84,11 +97,11 @@ def discover(
 
     for item in inputs:
         if item.is_dir():
-            for path in _walk_python_files(item, exclude, prune):
+            for path in _walk_python_files(item, exclude, prune, errors):
                 add(path)
         elif not is_excluded(item.name, exclude):
             add(item)
-    return found
+    return Discovery(found, errors)
 
 
 def common_root(inputs: Iterable[Path]) -> Path:

@@ -163,12 +163,17 @@ def run(
     config: RunConfig,
     inputs: Sequence[Path],
     progress: Callable[[int], _ProgressContext] | None = None,
-    listing_errors: Iterable[tuple[SourceFile, str]] = (),
+    listing_errors: Iterable[tuple[str, str]] = (),
 ) -> RunResult:
-    """Process `files` and apply the results according to `config.mode`."""
+    """Process `files` and apply the results according to `config.mode`.
+
+    `listing_errors` are (path, reason) of directories discovery could not list; they count as
+    failed so the exit code and reports show that part of the tree was not looked at.
+    """
     start = time.perf_counter()
     outcomes: list[FileOutcome] = [
-        FileOutcome(source, "failed", error=reason) for source, reason in listing_errors
+        FileOutcome(SourceFile(Path(path), path), "failed", error=reason)
+        for path, reason in listing_errors
     ]
     pending: list[tuple[SourceFile, bytes]] = []
     filter_fn: Callable[[bytes], bool] | None = None

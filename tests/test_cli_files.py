@@ -7,6 +7,7 @@ checked in-process against `migrator.files`, which is plain Python without libcs
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,23 @@ def test_is_excluded(relative: str, patterns: list[str], expected: bool) -> None
 def test_discover_takes_each_file_once(tmp_path: Path) -> None:
     write(tmp_path, {"b.py": b"", "a/c.py": b"", "a/d.txt": b""})
     found = discover([tmp_path, tmp_path / "b.py", tmp_path / "a", tmp_path / "a/../b.py"])
-    assert sorted(f.path.relative_to(tmp_path).as_posix() for f in found) == ["a/c.py", "b.py"]
+    assert sorted(f.path.relative_to(tmp_path).as_posix() for f in found.files) == [
+        "a/c.py",
+        "b.py",
+    ]
+    assert found.errors == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root lists directories whatever their mode")
+def test_unlistable_directory_is_a_failure(tmp_path: Path) -> None:
+    write(tmp_path / "tree", {"a.py": b"x = 1\n", "locked/b.py": b""})
+    (tmp_path / "tree" / "locked").chmod(0)
+    try:
+        proc = run_cli(".", cwd=tmp_path / "tree")
+    finally:
+        (tmp_path / "tree" / "locked").chmod(0o755)
+    assert proc.returncode == 123
+    assert "locked: error: cannot list directory: Permission denied" in proc.stderr
 
 
 UNTOUCHED_CASES = {
