@@ -111,8 +111,9 @@ def _html_diff(diff: str) -> str:
     lines = []
     for line in diff.splitlines():
         css = next((c for prefix, c in classes if line.startswith(prefix)), None)
-        text = html.escape(line)
-        lines.append(f'<span class="{css}">{text}</span>' if css else text + "\n")
+        # The newline stays inside the span so the page's text is the diff, copyable as is.
+        text = html.escape(line) + "\n"
+        lines.append(f'<span class="{css}">{text}</span>' if css else text)
     return '<pre class="diff">' + "".join(lines) + "</pre>"
 
 

@@ -132,7 +132,8 @@ def test_html_report_is_well_formed_escaped_and_complete(tmp_path: Path) -> None
     assert "<name>" not in page
     for finding in report["findings"]:
         assert finding["message"] in text
-    assert "-m = tf.contrib.mixed_precision.FixedLossScaleManager(128)" in text
+    diff = report["files"][[f["path"] for f in report["files"]].index("train.py")]["diff"]
+    assert diff in text  # the page's <pre> holds the diff text itself, copyable
     assert '<span class="del">' in page and '<span class="add">' in page
 
 
