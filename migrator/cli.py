@@ -88,6 +88,13 @@ def _progress_factory(quiet: bool) -> Callable[[int], object]:
     return make
 
 
+def _available_cpus() -> int:
+    # The CPUs this process may run on (a container or taskset may allow fewer than exist).
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def _use_color(flag: bool | None) -> bool:
     if flag is not None:
         return flag
@@ -200,7 +207,7 @@ def cli(
         mode=mode,
         output_dir=output_dir,
         copy_unchanged=copy_unchanged,
-        jobs=jobs or os.cpu_count() or 1,
+        jobs=jobs or _available_cpus(),
         distributed=distributed,
     )
     result = run(

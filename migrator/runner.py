@@ -7,7 +7,6 @@ imported lazily: a tree with nothing to port never pays for loading libcst.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -139,7 +138,7 @@ def _migrate_all(
     jobs: int,
     tick: Callable[[], None],
 ) -> list[tuple[MigrationResult | None, str | None]]:
-    workers = min(jobs, len(items) // MIN_FILES_PER_WORKER, os.cpu_count() or 1)
+    workers = min(jobs, len(items) // MIN_FILES_PER_WORKER)
     results: list[tuple[MigrationResult | None, str | None]] = []
     if workers <= 1:
         for path, data in items:
