@@ -1,4 +1,5 @@
-# The two commands of the README: `make demo` and `make test`. Both create .venv and install on first use.
+# The two commands of the README: `make demo` and `make test`. Both create .venv and install on first
+# use; `make test` lints (ruff) before it runs the suite, so CI holds the code to the same standard.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -20,6 +21,7 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 
 lint: $(STAMP)
