@@ -9,6 +9,10 @@ configurations alike; the figure of merit is a ratio of medians:
 
 per overflow mode. Below 1 means our loss scaling costs less than TensorFlow's own.
 
+Each mode is measured twice: "ours-tf-*" forces the pure-TF unscale-then-check path
+(NPU_LOSSSCALE_FUSED=0 while the graph is built) and "ours-fused-*" unscales and checks with the
+fused CPU op (npu_lossscale.kernels), built on first use; the one-off compile time is printed.
+
     .venv/bin/python benchmarks/overhead.py [--steps N] [--rounds N] [--width N] [--batch N]
 """
 
@@ -25,8 +29,22 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import npu_lossscale as nl  # noqa: E402
+from npu_lossscale import kernels, overflow  # noqa: E402
 
-CONFIGS = ("bare", "tensorflow", "ours-inf_nan", "ours-saturation")
+MODES = ("inf_nan", "saturation")
+CONFIGS = ("bare", "tensorflow", *(f"ours-{p}-{m}" for p in ("tf", "fused") for m in MODES))
+
+
+class _FusedOptimizer(nl.NPULossScaleOptimizer):
+    """Our optimizer with unscale and check fused, as compute_gradients does once it is wired."""
+
+    def _unscale_and_stash(self, grads, scale, hardware=None):
+        manager = self._loss_scale_manager
+        if hardware is not None or not manager.enable_overflow_check:
+            return super()._unscale_and_stash(grads, scale, hardware)
+        unscaled, status = overflow.unscale_with_status(grads, scale, manager.overflow_mode)
+        self._stash.put(unscaled, status)
+        return unscaled
 
 
 def _dense(x: tf.Tensor, units: int, name: str) -> tf.Tensor:
@@ -60,11 +78,19 @@ def build(config: str, width: int, depth: int, batch: int, seed: int = 0):
         if config == "tensorflow":
             opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, "dynamic")
         elif config.startswith("ours-"):
-            manager = nl.ExponentialUpdateLossScaleManager(
-                2**15, 2000, overflow_mode=config.split("-", 1)[1]
-            )
-            opt = nl.NPULossScaleOptimizer(opt, manager)
-        train_op = opt.minimize(loss, global_step=global_step)
+            _, path, mode = config.split("-", 2)
+            manager = nl.ExponentialUpdateLossScaleManager(2**15, 2000, overflow_mode=mode)
+            opt = (_FusedOptimizer if path == "fused" else nl.NPULossScaleOptimizer)(opt, manager)
+        previous = os.environ.get(kernels.DISABLE_ENV)
+        if config.startswith("ours-tf-"):
+            os.environ[kernels.DISABLE_ENV] = "0"
+        try:
+            train_op = opt.minimize(loss, global_step=global_step)
+        finally:
+            if previous is None:
+                os.environ.pop(kernels.DISABLE_ENV, None)
+            else:
+                os.environ[kernels.DISABLE_ENV] = previous
         params = sum(int(np.prod(v.shape)) for v in tf.compat.v1.trainable_variables())
         session = tf.compat.v1.Session(graph=graph)
         session.run(tf.compat.v1.global_variables_initializer())
@@ -87,6 +113,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="batch size")
     args = parser.parse_args()
 
+    started = time.perf_counter()
+    if kernels.fused_ops() is None:
+        raise SystemExit(f"fused op unavailable: {kernels.unavailable_reason()}")
+    print(f"fused op ready in {time.perf_counter() - started:.1f} s (compile on first use only)")
     built = {c: build(c, args.width, args.depth, args.batch) for c in CONFIGS}
     params = built["bare"][2]
     print(
@@ -106,13 +136,14 @@ def main() -> None:
         print(f"  {config:<16} median step {median[config] * 1e3:8.3f} ms")
     tf_overhead = median["tensorflow"] - median["bare"]
     print(f"  TensorFlow's overhead over bare: {tf_overhead * 1e3:.3f} ms/step")
-    for mode in ("inf_nan", "saturation"):
-        ours = median[f"ours-{mode}"] - median["bare"]
-        ratio = ours / tf_overhead if tf_overhead > 0 else float("nan")
-        print(
-            f"  {mode:<10} our overhead {ours * 1e3:7.3f} ms/step, "
-            f"ratio ours/TensorFlow = {ratio:.2f} (target <= 0.6)"
-        )
+    for path in ("tf", "fused"):
+        for mode in MODES:
+            ours = median[f"ours-{path}-{mode}"] - median["bare"]
+            ratio = ours / tf_overhead if tf_overhead > 0 else float("nan")
+            print(
+                f"  {path:<5} {mode:<10} our overhead {ours * 1e3:7.3f} ms/step, "
+                f"ratio ours/TensorFlow = {ratio:.2f} (target <= 0.6)"
+            )
     for session, _, _ in built.values():
         session.close()
 

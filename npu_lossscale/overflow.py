@@ -20,6 +20,10 @@ gradients -- rules overflow out on almost every step:
 Only when that test cannot rule overflow out (a real overflow, or a sum of huge finite values that
 overflowed float32) does an exact per-element check run, inside a ``tf.cond``; so the answer is
 always the exact one above, and the common clean step pays one read per element.
+
+Unscaling is itself a pass over every element, though, so ``unscale_with_status`` does both in a
+single pass with a fused CPU op (``npu_lossscale.kernels``, compiled on first use) when it can,
+and falls back to ``unscale`` followed by ``overflow_status`` otherwise, with identical results.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Callable, NamedTuple, Union
 
 import tensorflow as tf
 
+from npu_lossscale import kernels
 from npu_lossscale.modes import FP16_SATURATION_VALUE, OverflowMode
 
 Gradient = Union[tf.Tensor, tf.IndexedSlices, None]
@@ -126,6 +131,43 @@ def overflow_status(
         lambda: tf.constant(0.0, tf.float32),
         lambda: _exact_status(values, mode, scale),
     )
+
+
+def _fused_candidate(grad: Gradient) -> bool:
+    return isinstance(grad, tf.Tensor) and grad.dtype == tf.float32
+
+
+def unscale_with_status(
+    grads: Sequence[Gradient], loss_scale: tf.Tensor | float, mode: OverflowMode | str
+) -> tuple[list[Gradient], tf.Tensor]:
+    """``unscale`` and ``overflow_status`` of the unscaled gradients, in one pass where possible.
+
+    Dense float32 gradients go through the fused CPU op (``npu_lossscale.kernels``), which reads
+    each element once instead of twice; the others (IndexedSlices, half precision) and every
+    gradient when the op is unavailable take the pure-TF path. Values and status are identical.
+    """
+    mode = OverflowMode.parse(mode)
+    if mode is OverflowMode.AUTO:
+        raise ValueError(
+            "unscale_with_status needs a resolved overflow mode; got OverflowMode.AUTO"
+        )
+    ops = kernels.fused_ops() if any(_fused_candidate(g) for g in grads) else None
+    if ops is None:
+        unscaled = unscale(grads, loss_scale)
+        return unscaled, overflow_status(unscaled, mode, loss_scale)
+    scale = tf.cast(loss_scale, tf.float32)
+    fused_at = [i for i, g in enumerate(grads) if _fused_candidate(g)]
+    fused = set(fused_at)
+    result = unscale([None if i in fused else g for i, g in enumerate(grads)], scale)
+    rest = [g for g in result if g is not None]
+    outputs, status = ops.npu_unscale_and_check(
+        [grads[i] for i in fused_at], scale, saturation=mode is OverflowMode.SATURATION
+    )
+    for i, value in zip(fused_at, outputs):
+        result[i] = value
+    if rest:
+        status = tf.maximum(status, overflow_status(rest, mode, scale))
+    return result, status
 
 
 # How far back apply_gradients looks for the gradients compute_gradients returned, when it was

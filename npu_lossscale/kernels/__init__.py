@@ -1,0 +1,161 @@
+"""Build and load the fused unscale-and-check CPU op on first use, or say why it is not used.
+
+Why built here rather than shipped: a TensorFlow custom op must be compiled against the exact
+TensorFlow it is loaded into, so it is compiled once per (source, TensorFlow, compiler flags) with
+the host's g++ into a cache directory and reused afterwards. Anything that goes wrong -- no
+compiler, no headers, a load error -- only means the pure-TF path is used: one warning line says
+so, and the results are the same either way.
+
+``NPU_LOSSSCALE_FUSED=0`` turns the op off; ``NPU_LOSSSCALE_CACHE`` moves the build cache.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+
+import tensorflow as tf
+
+logger = logging.getLogger("npu_lossscale")
+
+DISABLE_ENV = "NPU_LOSSSCALE_FUSED"
+CACHE_ENV = "NPU_LOSSSCALE_CACHE"
+OP_NAME = "NpuUnscaleAndCheck"
+SOURCE = Path(__file__).with_name("unscale_check.cc")
+
+# Portable on purpose (no -march=native): the cache directory may be shared between machines.
+_CXXFLAGS = ("-O3", "-shared", "-fPIC", "-w")
+_COMPILE_TIMEOUT_S = 600
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}  # "module": loaded module or None once decided; "reason": why None
+
+
+def enabled() -> bool:
+    """Whether the environment allows the fused op (checked on every use, so it can be toggled)."""
+    return os.environ.get(DISABLE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def fused_ops() -> ModuleType | None:
+    """The loaded op module, building it the first time; None (after one warning) if unusable."""
+    if not enabled():
+        return None
+    with _lock:
+        if "module" not in _state:
+            _state["module"] = _load()
+        return _state["module"]  # type: ignore[return-value]
+
+
+def unavailable_reason() -> str | None:
+    """Why the op could not be used in this process (None if it loaded or was never tried)."""
+    return _state.get("reason")  # type: ignore[return-value]
+
+
+def _unusable_reason() -> str | None:
+    # On an Ascend host the graph is compiled for the NPU, which knows no custom CPU op; on a GPU
+    # build the op would pull every gradient back to the host.
+    if any(importlib.util.find_spec(name) for name in ("npu_bridge", "npu_device")):
+        return "an Ascend adapter is installed (the graph runs on the NPU)"
+    if tf.config.list_physical_devices("GPU"):
+        return "GPUs are visible (the op is CPU-only)"
+    if shutil.which(_compiler()) is None:
+        return f"no C++ compiler {_compiler()!r} on PATH"
+    return None
+
+
+def _compiler() -> str:
+    return os.environ.get("CXX", "g++")
+
+
+def _load() -> ModuleType | None:
+    reason = _unusable_reason()
+    if reason is None:
+        try:
+            library = _build()
+            module = tf.load_op_library(str(library))
+            tf.no_gradient(OP_NAME)
+            return module
+        except Exception as error:  # any build or load failure means "use the pure-TF path"
+            reason = f"{type(error).__name__}: {_first_line(str(error))}"
+    _state["reason"] = reason
+    logger.warning(
+        "npu_lossscale: fused unscale-and-check op not used, pure-TF overflow check instead (%s)",
+        reason,
+    )
+    return None
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else "no message"
+
+
+def _build_command(output: Path) -> list[str]:
+    return [
+        _compiler(),
+        *_CXXFLAGS,
+        str(SOURCE),
+        "-o",
+        str(output),
+        *tf.sysconfig.get_compile_flags(),
+        *tf.sysconfig.get_link_flags(),
+    ]
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get(CACHE_ENV) or os.path.join(Path.home(), ".cache", "npu_lossscale")
+    key = hashlib.sha256()
+    key.update(SOURCE.read_bytes())
+    key.update(tf.__version__.encode())
+    key.update(tf.__file__.encode())
+    key.update(" ".join(_build_command(Path("out"))).encode())
+    key.update(sys.platform.encode())
+    return Path(root) / key.hexdigest()[:20]
+
+
+def _build() -> Path:
+    """Compile once per cache key; a file lock makes parallel processes wait for one build."""
+    directory = _cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    library = directory / "unscale_check.so"
+    with open(directory / ".lock", "w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        if library.exists():
+            return library
+        handle, temp_name = tempfile.mkstemp(suffix=".so", dir=directory)
+        os.close(handle)
+        temp = Path(temp_name)
+        try:
+            started = time.perf_counter()
+            logger.info("npu_lossscale: compiling the fused unscale-and-check op (one-off)")
+            done = subprocess.run(
+                _build_command(temp),
+                capture_output=True,
+                text=True,
+                timeout=_COMPILE_TIMEOUT_S,
+                check=False,
+            )
+            if done.returncode != 0:
+                errors = [line for line in done.stderr.splitlines() if "error" in line]
+                message = _first_line(errors[0] if errors else done.stderr)
+                raise RuntimeError(f"{_compiler()} failed: {message}")
+            os.replace(temp, library)
+            logger.info(
+                "npu_lossscale: fused op built in %.1f s into %s",
+                time.perf_counter() - started,
+                library,
+            )
+        finally:
+            temp.unlink(missing_ok=True)
+    return library

@@ -1,0 +1,246 @@
+"""The fused unscale-and-check op agrees bit for bit with the pure-TF path, and falls back cleanly.
+
+Expected statuses are derived independently with numpy (float32 arithmetic, the rule written out
+by hand); unscaled values are compared bitwise against the pure-TF ``overflow.unscale``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from npu_lossscale import kernels, overflow
+from npu_lossscale.modes import OverflowMode
+
+INF_NAN = OverflowMode.INF_NAN
+SAT = OverflowMode.SATURATION
+MODES = [INF_NAN, SAT]
+SCALES = [1.0, 3.0, 2.0**15, 2.0**32]
+
+
+@pytest.fixture(scope="module")
+def ops():
+    module = kernels.fused_ops()
+    if module is None:
+        pytest.skip(f"fused op unavailable here: {kernels.unavailable_reason()}")
+    return module
+
+
+def expected_status(arrays, mode, scale) -> float:
+    """The rule by hand: u = g * float32(1/scale); inf/NaN, or (saturation) |u| * scale >= 65504."""
+    reciprocal = np.float32(1.0) / np.float32(scale)
+    bad = False
+    with np.errstate(over="ignore", invalid="ignore"):
+        for g in arrays:
+            u = np.asarray(g, np.float32) * reciprocal
+            bad |= not np.all(np.isfinite(u))
+            if mode is SAT:
+                bad |= bool(np.any(np.abs(u) * np.float32(scale) >= np.float32(65504.0)))
+    return float(bad)
+
+
+def assert_bitwise_equal(actual, expected):
+    actual, expected = np.asarray(actual, np.float32), np.asarray(expected, np.float32)
+    assert actual.shape == expected.shape
+    np.testing.assert_array_equal(actual.view(np.uint32), expected.view(np.uint32))
+
+
+def make_cases(scale: float) -> dict[str, list[np.ndarray]]:
+    """Scaled gradients (what the backward pass of loss * scale produces)."""
+    rng = np.random.default_rng(int(scale) % 1000)
+    f32 = np.float32
+    top = f32(65504.0)
+    below = np.nextafter(top, f32(0))
+
+    def noise(*shape):
+        return (rng.standard_normal(shape) * 100).astype(f32)
+
+    def injected(value, at):
+        big = noise(70_000)  # above the kernel's parallel threshold: several shards
+        big[at] = value
+        return [noise(3, 5), big, noise(17)]
+
+    return {
+        "clean": [noise(4, 3), noise(70_000), noise(1), noise(0), noise(2, 0, 3)],
+        "inf": injected(np.inf, 69_999),
+        "-inf": injected(-np.inf, 0),
+        "nan": injected(np.nan, 35_001),
+        "at-threshold": injected(top, 12),
+        "-at-threshold": injected(-top, 50_000),
+        "just-below": injected(-below, 7),
+        "huge-finite": [np.full(9, 3e38, f32), noise(40)],
+        "only-empty": [noise(0), noise(0, 4)],
+        "tail": [noise(33), np.array([1.0, 2.0, np.inf], f32)],  # non-vector tail elements
+    }
+
+
+def pure_tf(arrays, mode, scale):
+    grads = [tf.constant(a) for a in arrays]
+    unscaled = overflow.unscale(grads, tf.constant(scale, tf.float32))
+    status = overflow.overflow_status(unscaled, mode, tf.constant(scale, tf.float32))
+    return [u.numpy() for u in unscaled], float(status)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("scale", SCALES)
+def test_eager_fused_matches_pure_tf_and_the_rule(ops, mode, scale):
+    for name, arrays in make_cases(scale).items():
+        grads = [tf.constant(a) for a in arrays]
+        outputs, status = overflow.unscale_with_status(grads, scale, mode)
+        want_values, want_status = pure_tf(arrays, mode, scale)
+        assert float(status) == want_status == expected_status(arrays, mode, scale), name
+        for got, want in zip(outputs, want_values):
+            assert_bitwise_equal(got.numpy(), want)
+
+
+def test_the_op_itself_is_used_and_reports_scalar_status(ops):
+    outputs, status = ops.npu_unscale_and_check(
+        [tf.constant([2.0, -4.0]), tf.constant([[65504.0]])], tf.constant(2.0), saturation=True
+    )
+    assert status.shape == [] and status.dtype == tf.float32
+    assert float(status) == 1.0  # |32752| * 2 == 65504
+    np.testing.assert_array_equal(outputs[0].numpy(), [1.0, -2.0])
+    np.testing.assert_array_equal(outputs[1].numpy(), [[32752.0]])
+
+
+def test_denormal_results_match_pure_tf(ops):
+    # 1e-30 / 2**32 is a float32 subnormal: both paths must round (or flush) it the same way.
+    arrays = [np.array([1e-30, -3e-31, 1e-35, 5.0], np.float32)]
+    for mode in MODES:
+        outputs, status = overflow.unscale_with_status([tf.constant(arrays[0])], 2.0**32, mode)
+        want_values, want_status = pure_tf(arrays, mode, 2.0**32)
+        assert float(status) == want_status == 0.0
+        assert_bitwise_equal(outputs[0].numpy(), want_values[0])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_graph_mode_feeds_and_forwarded_buffers_match(ops, mode):
+    cases = make_cases(2.0**15)
+    g = tf.Graph()
+    with g.as_default():
+        feeds = [tf.compat.v1.placeholder(tf.float32, None) for _ in range(3)]
+        scale = tf.compat.v1.placeholder(tf.float32, [])
+        # x * 1 gives the op inputs nobody else reads, so their buffers can be reused in place.
+        grads = [f * 1.0 for f in feeds]
+        fused, fused_status = overflow.unscale_with_status(grads, scale, mode)
+        assert "NpuUnscaleAndCheck" in {op.type for op in g.get_operations()}
+        assert fused_status.shape == []
+        plain = overflow.unscale(grads, scale)
+        plain_status = overflow.overflow_status(plain, mode, scale)
+        with tf.compat.v1.Session(graph=g) as sess:
+            for name in ("clean", "inf", "nan", "at-threshold", "just-below", "-at-threshold"):
+                for s in (1.0, 2.0**15):
+                    arrays = make_cases(s)[name] if s != 2.0**15 else cases[name]
+                    feed = {f: a for f, a in zip(feeds, arrays)}
+                    feed[scale] = s
+                    got, got_status, want, want_status = sess.run(
+                        [fused, fused_status, plain, plain_status], feed
+                    )
+                    assert got_status == want_status == expected_status(arrays, mode, s), name
+                    for a, b in zip(got, want):
+                        assert_bitwise_equal(a, b)
+
+
+def test_tf_function_uses_the_op(ops):
+    @tf.function
+    def step(x, y):
+        return overflow.unscale_with_status([x, y], tf.constant(4.0), SAT)
+
+    concrete = step.get_concrete_function(
+        tf.TensorSpec([None], tf.float32), tf.TensorSpec([2, 2], tf.float32)
+    )
+    assert "NpuUnscaleAndCheck" in {op.type for op in concrete.graph.get_operations()}
+    (u, v), status = step(tf.constant([8.0, -4.0]), tf.fill([2, 2], 65504.0 * 4.0))
+    np.testing.assert_array_equal(u.numpy(), [2.0, -1.0])
+    np.testing.assert_array_equal(v.numpy(), np.full((2, 2), 65504.0, np.float32))
+    assert float(status) == 1.0
+    _, status = step(tf.constant([8.0, -4.0]), tf.fill([2, 2], 1.0))
+    assert float(status) == 0.0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mixed_gradients_keep_structure_and_combine_statuses(ops, mode):
+    dense = tf.constant([4.0, -8.0])
+    half = tf.constant([2.0, 6.0], tf.float16)
+    clean_rows = tf.IndexedSlices(tf.constant([[8.0]]), tf.constant([1]), tf.constant([3, 1]))
+    bad_rows = tf.IndexedSlices(tf.constant([[np.nan]]), tf.constant([0]), tf.constant([3, 1]))
+    out, status = overflow.unscale_with_status([dense, None, half, clean_rows], 2.0, mode)
+    assert float(status) == 0.0
+    np.testing.assert_array_equal(out[0].numpy(), [2.0, -4.0])
+    assert out[1] is None
+    assert out[2].dtype == tf.float16
+    np.testing.assert_array_equal(out[2].numpy(), [1.0, 3.0])
+    assert isinstance(out[3], tf.IndexedSlices)
+    np.testing.assert_array_equal(out[3].values.numpy(), [[4.0]])
+    np.testing.assert_array_equal(out[3].indices.numpy(), [1])
+    # Overflow only outside the fused op (sparse rows, half precision) still counts.
+    _, status = overflow.unscale_with_status([dense, bad_rows], 2.0, mode)
+    assert float(status) == 1.0
+    _, status = overflow.unscale_with_status([dense, tf.constant([np.inf], tf.float16)], 2.0, mode)
+    assert float(status) == 1.0
+
+
+def test_no_gradients_at_all():
+    out, status = overflow.unscale_with_status([None], 2.0, SAT)
+    assert out == [None] and float(status) == 0.0
+
+
+def test_unresolved_or_unknown_mode_is_rejected():
+    with pytest.raises(ValueError, match="resolved"):
+        overflow.unscale_with_status([tf.ones([2])], 1.0, OverflowMode.AUTO)
+    with pytest.raises(ValueError, match="overflow_mode"):
+        overflow.unscale_with_status([tf.ones([2])], 1.0, "sometimes")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_disable_switch_takes_the_pure_tf_path_with_the_same_results(mode, monkeypatch):
+    monkeypatch.setenv(kernels.DISABLE_ENV, "0")
+    assert kernels.fused_ops() is None
+    g = tf.Graph()
+    with g.as_default():
+        feed = tf.compat.v1.placeholder(tf.float32, [None])
+        out, status = overflow.unscale_with_status([feed], 8.0, mode)
+        assert "NpuUnscaleAndCheck" not in {op.type for op in g.get_operations()}
+        with tf.compat.v1.Session(graph=g) as sess:
+            for values in ([8.0, -16.0], [8188.0 * 8.0], [np.nan, 1.0]):
+                got, got_status = sess.run([out[0], status], {feed: values})
+                arrays = [np.asarray(values, np.float32)]
+                assert got_status == expected_status(arrays, mode, 8.0)
+                assert_bitwise_equal(got, arrays[0] * np.float32(1 / 8.0))
+
+
+def test_build_failure_warns_once_and_falls_back(tmp_path):
+    # A fresh process with an unusable compiler and an empty cache: the warning names the
+    # reason and the pure-TF path still gives the right answer.
+    script = textwrap.dedent(
+        """
+        import logging
+        import tensorflow as tf
+        from npu_lossscale import kernels, overflow
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+        for _ in range(2):
+            out, status = overflow.unscale_with_status([tf.constant([2.0, float("inf")])], 2.0,
+                                                       "inf_nan")
+            print("RESULT", out[0].numpy().tolist(), float(status))
+        print("REASON", kernels.unavailable_reason())
+        """
+    )
+    env = dict(os.environ, CXX=str(tmp_path / "no-such-compiler"))
+    env["NPU_LOSSSCALE_CACHE"] = str(tmp_path / "cache")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    env.pop(kernels.DISABLE_ENV, None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if "fused unscale-and-check" in line]
+    assert len(warnings) == 1, done.stderr
+    assert "pure-TF" in warnings[0] and "no-such-compiler" in warnings[0]
+    assert done.stdout.count("RESULT [1.0, inf] 1.0") == 2
+    assert "REASON" in done.stdout and "no-such-compiler" in done.stdout
