@@ -388,3 +388,16 @@ def test_output_dir_mirrors_a_symlink_where_it_appears(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "linked.py").read_bytes() == NOTHING_TO_PORT
     assert not (tmp_path / "out" / "linked.py").is_symlink()
+
+
+def test_console_script_is_the_same_command(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "npu-migrate"
+    if not script.exists():
+        pytest.skip("package not installed in this interpreter's environment")
+    make_tree(tmp_path, {"train.py": PORTABLE})
+    proc = subprocess.run(
+        [str(script), "train.py"], cwd=tmp_path, capture_output=True, text=True, env=cli_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == run_cli("train.py", cwd=tmp_path).stdout
+    assert "Usage: npu-migrate" in run_cli("--help").stdout
