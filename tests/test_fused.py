@@ -120,31 +120,47 @@ def test_denormal_results_match_pure_tf(ops):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_graph_mode_feeds_and_forwarded_buffers_match(ops, mode):
-    cases = make_cases(2.0**15)
+def graph_runner(build):
+    """Feeds three gradients doubled in-graph, so ``build``'s inputs have no other reader."""
     g = tf.Graph()
     with g.as_default():
         feeds = [tf.compat.v1.placeholder(tf.float32, None) for _ in range(3)]
         scale = tf.compat.v1.placeholder(tf.float32, [])
-        # x * 1 gives the op inputs nobody else reads, so their buffers can be reused in place.
-        grads = [f * 1.0 for f in feeds]
-        fused, fused_status = overflow.unscale_with_status(grads, scale, mode)
-        assert "NpuUnscaleAndCheck" in {op.type for op in g.get_operations()}
-        assert fused_status.shape == []
-        plain = overflow.unscale(grads, scale)
-        plain_status = overflow.overflow_status(plain, mode, scale)
-        with tf.compat.v1.Session(graph=g) as sess:
+        outputs, status = build([f * 2.0 for f in feeds], scale)
+        sess = tf.compat.v1.Session(graph=g)
+
+    def run(arrays, s):
+        feed = {f: a for f, a in zip(feeds, arrays)}
+        feed[scale] = s
+        return sess.run([outputs, status], feed)
+
+    return g, sess, run
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_graph_mode_with_forwardable_inputs_matches_pure_tf(ops, mode):
+    # The fused op is the only reader of its inputs here, so it may overwrite them in place; a
+    # separate graph computes the pure-TF answer from the same feeds.
+    def pure(grads, scale):
+        unscaled = overflow.unscale(grads, scale)
+        return unscaled, overflow.overflow_status(unscaled, mode, scale)
+
+    fused_graph, fused_sess, fused_run = graph_runner(
+        lambda grads, scale: overflow.unscale_with_status(grads, scale, mode)
+    )
+    pure_graph, pure_sess, pure_run = graph_runner(pure)
+    assert "NpuUnscaleAndCheck" in {op.type for op in fused_graph.get_operations()}
+    assert "NpuUnscaleAndCheck" not in {op.type for op in pure_graph.get_operations()}
+    with fused_sess, pure_sess:
+        for s in (1.0, 2.0**15):
+            cases = make_cases(s)
             for name in ("clean", "inf", "nan", "at-threshold", "just-below", "-at-threshold"):
-                for s in (1.0, 2.0**15):
-                    arrays = make_cases(s)[name] if s != 2.0**15 else cases[name]
-                    feed = {f: a for f, a in zip(feeds, arrays)}
-                    feed[scale] = s
-                    got, got_status, want, want_status = sess.run(
-                        [fused, fused_status, plain, plain_status], feed
-                    )
-                    assert got_status == want_status == expected_status(arrays, mode, s), name
-                    for a, b in zip(got, want):
-                        assert_bitwise_equal(a, b)
+                arrays = [a / np.float32(2.0) for a in cases[name]]  # doubled back in-graph
+                got, got_status = fused_run(arrays, s)
+                want, want_status = pure_run(arrays, s)
+                assert got_status == want_status == expected_status(cases[name], mode, s), name
+                for a, b in zip(got, want):
+                    assert_bitwise_equal(a, b)
 
 
 def test_tf_function_uses_the_op(ops):
