@@ -144,14 +144,16 @@ def unscale_with_status(
 
     Dense float32 gradients go through the fused CPU op (``npu_lossscale.kernels``), which reads
     each element once instead of twice; the others (IndexedSlices, half precision) and every
-    gradient when the op is unavailable take the pure-TF path. Values and status are identical.
+    gradient when the op is unavailable or XLA compiles the graph take the pure-TF path. Values
+    and status are identical.
     """
     mode = OverflowMode.parse(mode)
     if mode is OverflowMode.AUTO:
         raise ValueError(
             "unscale_with_status needs a resolved overflow mode; got OverflowMode.AUTO"
         )
-    ops = kernels.fused_ops() if any(_fused_candidate(g) for g in grads) else None
+    wanted = any(_fused_candidate(g) for g in grads) and not kernels.in_xla_context()
+    ops = kernels.fused_ops() if wanted else None
     if ops is None:
         unscaled = unscale(grads, loss_scale)
         return unscaled, overflow_status(unscaled, mode, loss_scale)

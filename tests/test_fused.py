@@ -180,6 +180,20 @@ def test_tf_function_uses_the_op(ops):
     assert float(status) == 0.0
 
 
+def test_xla_compiled_functions_take_the_pure_tf_path(ops):
+    # XLA cannot compile a custom op; under jit_compile the same call must still work.
+    @tf.function(jit_compile=True)
+    def step(x):
+        (u,), status = overflow.unscale_with_status([x], tf.constant(4.0), SAT)
+        return u, status
+
+    concrete = step.get_concrete_function(tf.TensorSpec([3], tf.float32))
+    assert "NpuUnscaleAndCheck" not in {op.type for op in concrete.graph.get_operations()}
+    u, status = step(tf.constant([8.0, -4.0, 65504.0 * 4.0]))
+    np.testing.assert_array_equal(u.numpy(), [2.0, -1.0, 65504.0])
+    assert float(status) == 1.0
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_mixed_gradients_keep_structure_and_combine_statuses(ops, mode):
     dense = tf.constant([4.0, -8.0])

@@ -62,6 +62,21 @@ def unavailable_reason() -> str | None:
     return _state.get("reason")  # type: ignore[return-value]
 
 
+def in_xla_context() -> bool:
+    """Whether ops built now will be compiled by XLA (``tf.function(jit_compile=True)``).
+
+    XLA cannot compile a custom op, so there the pure-TF path must be used. TensorFlow exposes
+    this only through an internal module; if that ever moves, assume XLA (the safe answer).
+    """
+    if tf.executing_eagerly():
+        return False
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:
+        return True
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
 def _unusable_reason() -> str | None:
     # On an Ascend host the graph is compiled for the NPU, which knows no custom CPU op; on a GPU
     # build the op would pull every gradient back to the host.
