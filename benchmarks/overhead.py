@@ -29,22 +29,10 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import npu_lossscale as nl  # noqa: E402
-from npu_lossscale import kernels, overflow  # noqa: E402
+from npu_lossscale import kernels  # noqa: E402
 
 MODES = ("inf_nan", "saturation")
 CONFIGS = ("bare", "tensorflow", *(f"ours-{p}-{m}" for p in ("tf", "fused") for m in MODES))
-
-
-class _FusedOptimizer(nl.NPULossScaleOptimizer):
-    """Our optimizer with unscale and check fused, as compute_gradients does once it is wired."""
-
-    def _unscale_and_stash(self, grads, scale, hardware=None):
-        manager = self._loss_scale_manager
-        if hardware is not None or not manager.enable_overflow_check:
-            return super()._unscale_and_stash(grads, scale, hardware)
-        unscaled, status = overflow.unscale_with_status(grads, scale, manager.overflow_mode)
-        self._stash.put(unscaled, status)
-        return unscaled
 
 
 def _dense(x: tf.Tensor, units: int, name: str) -> tf.Tensor:
@@ -80,7 +68,7 @@ def build(config: str, width: int, depth: int, batch: int, seed: int = 0):
         elif config.startswith("ours-"):
             _, path, mode = config.split("-", 2)
             manager = nl.ExponentialUpdateLossScaleManager(2**15, 2000, overflow_mode=mode)
-            opt = (_FusedOptimizer if path == "fused" else nl.NPULossScaleOptimizer)(opt, manager)
+            opt = nl.NPULossScaleOptimizer(opt, manager)
         previous = os.environ.get(kernels.DISABLE_ENV)
         if config.startswith("ours-tf-"):
             os.environ[kernels.DISABLE_ENV] = "0"

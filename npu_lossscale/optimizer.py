@@ -195,15 +195,16 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
         scale: tf.Tensor,
         hardware: overflow.HardwareFloatStatus | None = None,
     ) -> list[Any]:
-        unscaled = overflow.unscale(grads, scale)
-        if self._loss_scale_manager.enable_overflow_check:
-            if hardware is not None:
-                status = hardware.status(grads)
-            else:
-                status = overflow.overflow_status(
-                    unscaled, self._loss_scale_manager.overflow_mode, scale
-                )
-            self._stash.put(unscaled, status)
+        manager = self._loss_scale_manager
+        if not manager.enable_overflow_check:
+            return overflow.unscale(grads, scale)
+        if hardware is not None:
+            unscaled = overflow.unscale(grads, scale)
+            status = hardware.status(grads)
+        else:
+            # One pass over each gradient: unscale and check together (fused op where it builds).
+            unscaled, status = overflow.unscale_with_status(grads, scale, manager.overflow_mode)
+        self._stash.put(unscaled, status)
         return unscaled
 
     # ----- applying ---------------------------------------------------------------------------
