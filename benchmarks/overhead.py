@@ -57,17 +57,19 @@ class _UnscaleOnly(tf.compat.v1.train.Optimizer):
     """The floor: scale the loss and unscale the gradients, with no check and no skip.
 
     compute_gradients must hand back unscaled gradients, so every loss-scale optimizer pays at
-    least this one pass over the gradients; the difference to it is what the check costs.
+    least this one pass over the gradients; the difference to it is what the check costs. The
+    scale is a variable, as in every dynamic loss scaler, so grappler cannot fold it away.
     """
 
-    def __init__(self, opt: tf.compat.v1.train.Optimizer, scale: float = 2.0**15) -> None:
+    def __init__(self, opt: tf.compat.v1.train.Optimizer) -> None:
         super().__init__(use_locking=False, name="UnscaleOnly")
         self._opt = opt
-        self._scale = scale
+        self._scale = tf.Variable(2.0**15, trainable=False, name="floor_scale")
 
     def compute_gradients(self, loss, var_list=None, **kwargs):
-        pairs = self._opt.compute_gradients(loss * self._scale, var_list=var_list, **kwargs)
-        return [(None if g is None else g * (1.0 / self._scale), v) for g, v in pairs]
+        scale = self._scale.read_value()
+        pairs = self._opt.compute_gradients(loss * scale, var_list=var_list, **kwargs)
+        return [(None if g is None else g * (1.0 / scale), v) for g, v in pairs]
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         return self._opt.apply_gradients(grads_and_vars, global_step, name)
