@@ -22,9 +22,11 @@ from migrator.files import (
     write_new_file,
 )
 from migrator.findings import Finding, MigrationResult, SourceError
+from migrator.prefilter import might_need_migration
 
 if TYPE_CHECKING:
-    from migrator.transform import MigrateOptions, ProjectPlan
+    from migrator.codemods.global_step import GlobalStepFacts
+    from migrator.transform import MigrateOptions, PreparedFile, ProjectPlan
 
 Mode = Literal["diff", "write", "output-dir"]
 Status = Literal["unchanged", "changed", "failed"]
@@ -97,18 +99,18 @@ def _read(source: SourceFile) -> tuple[bytes | None, str | None]:
         return None, f"cannot read: {exc.strerror or exc}"
 
 
-def migrate_one(
-    path: str, source: bytes, options: MigrateOptions, plan: ProjectPlan | None
-) -> tuple[MigrationResult | None, str | None]:
-    """Migrate one file, turning every way it can fail into a reason instead of an abort.
+_Outcome = tuple[MigrationResult | None, str | None]
+_Prepared = tuple["PreparedFile | None", "GlobalStepFacts | None", "str | None"]
+
+
+def _guarded(work: Callable[[], MigrationResult]) -> _Outcome:
+    """Run one file's work, turning every way it can fail into a reason instead of an abort.
 
     A crash inside a codemod on one odd file must not stop a project-wide run nor touch that file,
     so unexpected exceptions become a failure the report names (and asks to be reported).
     """
-    from migrator.transform import migrate_source
-
     try:
-        return migrate_source(source, path=path, options=options, plan=plan), None
+        return work(), None
     except SourceError as exc:
         return None, str(exc) or "cannot parse"
     except RecursionError:
@@ -117,44 +119,104 @@ def migrate_one(
         return None, f"internal error in npu-migrate ({type(exc).__name__}: {exc}); left untouched"
 
 
-_worker_state: tuple[MigrateOptions, ProjectPlan | None] | None = None
+def prepare_one(path: str, source: bytes, options: MigrateOptions) -> _Prepared:
+    """First pass over one file: its plan facts and, when it prepared cleanly, the prepared file.
+
+    A file whose port fails is still scanned on its own, so that one failing file does not change
+    what the plan decides for the others.
+    """
+    from migrator.transform import prepare_source, scan_source
+
+    prepared: PreparedFile | None = None
+
+    def work() -> MigrationResult:
+        nonlocal prepared
+        prepared = prepare_source(source, path=path, options=options)
+        return prepared.ported
+
+    _, error = _guarded(work)
+    if prepared is not None:
+        return prepared, prepared.facts, None
+    try:
+        facts = scan_source(source, path=path)
+    except Exception:  # the failure is reported through `error` already
+        facts = None
+    return None, facts, error
 
 
-def _init_worker(options: MigrateOptions, plan: ProjectPlan | None) -> None:
-    # The plan can be large; shipping it once per worker instead of once per file.
-    global _worker_state
-    _worker_state = (options, plan)
+def finish_one(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> _Outcome:
+    """Second pass: the file's final result under the project plan."""
+    from migrator.transform import finish
+
+    return _guarded(lambda: finish(prepared, plan, options))
 
 
-def _migrate_in_worker(item: tuple[str, bytes]) -> tuple[MigrationResult | None, str | None]:
-    assert _worker_state is not None
-    return migrate_one(item[0], item[1], *_worker_state)
+_worker_options: MigrateOptions | None = None
+
+
+def _init_worker(options: MigrateOptions) -> None:
+    global _worker_options
+    _worker_options = options
+
+
+def _prepare_in_worker(item: tuple[str, bytes]) -> _Prepared:
+    assert _worker_options is not None
+    return prepare_one(item[0], item[1], _worker_options)
+
+
+def _finish_in_worker(item: tuple[PreparedFile, ProjectPlan]) -> _Outcome:
+    assert _worker_options is not None
+    return finish_one(item[0], item[1], _worker_options)
 
 
 def _migrate_all(
     items: list[tuple[str, bytes]],
     options: MigrateOptions,
-    plan: ProjectPlan | None,
     jobs: int,
     tick: Callable[[], None],
-) -> list[tuple[MigrationResult | None, str | None]]:
+) -> list[_Outcome]:
+    """Prepare every file (in worker processes if worth it), plan, then finish every file.
+
+    Preparing is the expensive part and independent per file; the plan needs all files' facts;
+    finishing is cheap except for the few files the global-step move edits.
+    """
+    from migrator.transform import is_cheap_to_finish, plan_from_facts
+
     workers = min(jobs, len(items) // MIN_FILES_PER_WORKER)
-    results: list[tuple[MigrationResult | None, str | None]] = []
     if workers <= 1:
+        prepared = []
         for path, data in items:
-            results.append(migrate_one(path, data, options, plan))
+            prepared.append(prepare_one(path, data, options))
             tick()
-        return results
+        plan = plan_from_facts(facts for _, facts, _ in prepared)
+        return [
+            finish_one(p, plan, options) if p is not None else (None, error)
+            for p, _, error in prepared
+        ]
     from concurrent.futures import ProcessPoolExecutor
 
     chunksize = max(1, len(items) // (workers * 8))
     with ProcessPoolExecutor(
-        max_workers=workers, initializer=_init_worker, initargs=(options, plan)
+        max_workers=workers, initializer=_init_worker, initargs=(options,)
     ) as pool:
-        for result in pool.map(_migrate_in_worker, items, chunksize=chunksize):
-            results.append(result)
+        prepared = []
+        for one in pool.map(_prepare_in_worker, items, chunksize=chunksize):
+            prepared.append(one)
             tick()
-    return results
+        plan = plan_from_facts(facts for _, facts, _ in prepared)
+        # Only files the move edits are worth a round trip to a worker.
+        heavy = [p for p, _, _ in prepared if p is not None and not is_cheap_to_finish(p, plan)]
+        reworked = dict(
+            zip(map(id, heavy), pool.map(_finish_in_worker, [(p, plan) for p in heavy]))
+        )
+    return [
+        (None, error)
+        if p is None
+        else reworked[id(p)]
+        if id(p) in reworked
+        else finish_one(p, plan, options)
+        for p, _, error in prepared
+    ]
 
 
 def run(
@@ -175,29 +237,23 @@ def run(
         for path, reason in listing_errors
     ]
     pending: list[tuple[SourceFile, bytes]] = []
-    filter_fn: Callable[[bytes], bool] | None = None
     for source in files:
         data, error = _read(source)
         if data is None:
             outcomes.append(FileOutcome(source, "failed", error=error))
             continue
-        if filter_fn is None:
-            from migrator.transform import might_need_migration
-
-            filter_fn = might_need_migration
-        if filter_fn(data):
+        if might_need_migration(data):
             pending.append((source, data))
         else:
             outcomes.append(FileOutcome(source, "unchanged"))
 
     if pending:
-        from migrator.transform import MigrateOptions, plan_project
+        from migrator.transform import MigrateOptions
 
         options = MigrateOptions(distributed=config.distributed)  # type: ignore[arg-type]
-        plan = plan_project({s.display: data for s, data in pending})
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:
-            results = _migrate_all(items, options, plan, config.jobs, bar.tick)
+            results = _migrate_all(items, options, config.jobs, bar.tick)
         for (source, data), (result, error) in zip(pending, results):
             if result is None:
                 outcomes.append(FileOutcome(source, "failed", old=data, error=error))

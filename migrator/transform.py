@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 import libcst as cst
@@ -18,16 +18,10 @@ from libcst.metadata import MetadataWrapper
 from migrator.codemods import global_step
 from migrator.codemods.port import port_loss_scale
 from migrator.findings import Finding, MigrationResult, SourceError
+from migrator.prefilter import might_need_loss_scale_port
+from migrator.prefilter import might_need_migration as might_need_migration  # the CLI's contract
 
 Distributed = Literal["auto", "always", "never"]
-
-_TRIGGERS: tuple[bytes, ...] = (
-    b"mixed_precision",
-    b"LossScale",
-    b"loss_scale",
-    b"enable_mixed_precision_graph_rewrite",
-    *global_step.GLOBAL_STEP_TRIGGERS,
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,13 +44,6 @@ class ProjectPlan:
     global_step: global_step.GlobalStepPlan | None = None
 
 
-def might_need_migration(source: bytes) -> bool:
-    """Cheap pre-filter: a file without any trigger substring cannot hold anything to port."""
-    if any(t in source for t in _TRIGGERS):
-        return True
-    return b"getattr" in source and b"contrib" in source
-
-
 def parse(source: bytes) -> cst.Module:
     """Parse bytes (libcst keeps the detected encoding and newline); failures are SourceError."""
     try:
@@ -67,16 +54,73 @@ def parse(source: bytes) -> cst.Module:
         raise SourceError(f"cannot decode: {exc}") from exc
 
 
+@dataclasses.dataclass(frozen=True)
+class PreparedFile:
+    """One file's share of the plan plus its loss-scale port of the unmoved tree (picklable).
+
+    Both come from one parse and one metadata resolution. Most files are not edited by the
+    global-step move, and then the port of the original tree already is the final answer; only
+    files the plan edits are parsed again (see `finish`).
+    """
+
+    path: str
+    source: bytes
+    facts: global_step.GlobalStepFacts
+    ported: MigrationResult
+
+
+def scan_source(source: bytes, *, path: str) -> global_step.GlobalStepFacts | None:
+    """The per-file half of `plan_project`; None for files that do not parse (never raises)."""
+    try:
+        module = parse(source)
+    except SourceError:
+        return None
+    return global_step.scan(module, path)
+
+
+def plan_from_facts(facts: Iterable[global_step.GlobalStepFacts | None]) -> ProjectPlan:
+    """The project-wide half of `plan_project`, from `scan_source` results in any order."""
+    return ProjectPlan(global_step=global_step.build_plan(f for f in facts if f is not None))
+
+
 def plan_project(sources: Mapping[str, bytes]) -> ProjectPlan:
     """Gather cross-file facts; unparsable files are skipped here and reported by migrate_source."""
-    facts = []
-    for path, source in sources.items():
-        try:
-            module = parse(source)
-        except SourceError:
-            continue
-        facts.append(global_step.scan(module, path))
-    return ProjectPlan(global_step=global_step.build_plan(facts))
+    return plan_from_facts(scan_source(s, path=p) for p, s in sources.items())
+
+
+def prepare_source(
+    source: bytes,
+    *,
+    path: str,
+    options: MigrateOptions = MigrateOptions(),  # noqa: B008 - frozen, so sharing it is safe
+) -> PreparedFile:
+    """Scan for the plan and port the loss-scale APIs in one pass; raises SourceError."""
+    wrapper = MetadataWrapper(parse(source))
+    facts = global_step.scan(wrapper, path)
+    if not might_need_loss_scale_port(source):
+        ported = MigrationResult(path=path, old_source=source, new_source=source, findings=[])
+    else:
+        module, findings = port_loss_scale(wrapper, path, options.distributed)
+        new = module.bytes if any(f.kind == "change" for f in findings) else source
+        ported = MigrationResult(path=path, old_source=source, new_source=new, findings=findings)
+    return PreparedFile(path, source, facts, ported)
+
+
+def is_cheap_to_finish(prepared: PreparedFile, plan: ProjectPlan) -> bool:
+    """False when `finish` must parse the file again because the global-step move edits it."""
+    step_plan = plan.global_step
+    return step_plan is None or not global_step.touches(step_plan, prepared.path)
+
+
+def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> MigrationResult:
+    """Combine a prepared file with the project plan into the file's final result."""
+    step_plan = plan.global_step
+    if not is_cheap_to_finish(prepared, plan):
+        assert step_plan is not None
+        return _migrate_moved(prepared.source, prepared.path, options, step_plan)
+    step_findings = global_step.plan_warnings(step_plan, prepared.path) if step_plan else []
+    findings = _sorted([*step_findings, *prepared.ported.findings])
+    return dataclasses.replace(prepared.ported, findings=findings)
 
 
 def migrate_source(
@@ -88,20 +132,38 @@ def migrate_source(
 ) -> MigrationResult:
     """Port one file's bytes; pure (no I/O), byte-identical output when nothing changes.
 
-    The global-step move runs first, on the original tree, so its findings (and the project
-    plan's) carry original line numbers; the loss-scale port's lines are mapped back through the
-    difference the move made.
+    Without a plan the file is planned on its own, as if it were the whole project.
+    """
+    prepared = prepare_source(source, path=path, options=options)
+    if plan is None:
+        plan = plan_from_facts([prepared.facts])
+    return finish(prepared, plan, options)
+
+
+def _migrate_moved(
+    source: bytes, path: str, options: MigrateOptions, plan: global_step.GlobalStepPlan
+) -> MigrationResult:
+    """The full chain for a file the global-step move edits.
+
+    The move runs first, on the original tree, so its findings (and the project plan's) carry
+    original line numbers; the loss-scale port's lines are mapped back through the difference the
+    move made.
     """
     original = parse(source)
-    step_plan = plan.global_step if plan is not None else None
-    moved, findings = global_step.rewrite(MetadataWrapper(original), path, step_plan)
-    ported, port_findings = port_loss_scale(MetadataWrapper(moved), path, options.distributed)
-    if moved is not original and port_findings:
+    moved, findings = global_step.rewrite(MetadataWrapper(original), path, plan)
+    ported, port_findings = moved, []
+    if might_need_loss_scale_port(source):
+        ported, port_findings = port_loss_scale(MetadataWrapper(moved), path, options.distributed)
+    if port_findings:
         port_findings = _map_lines(port_findings, original.code, moved.code)
-    findings = sorted([*findings, *port_findings], key=lambda f: (f.line, f.kind, f.rule))
+    findings = _sorted([*findings, *port_findings])
     if not any(f.kind == "change" for f in findings):
         return MigrationResult(path=path, old_source=source, new_source=source, findings=findings)
     return MigrationResult(path=path, old_source=source, new_source=ported.bytes, findings=findings)
+
+
+def _sorted(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (f.line, f.kind, f.rule))
 
 
 def _map_lines(findings: list[Finding], old: str, new: str) -> list[Finding]:

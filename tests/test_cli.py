@@ -328,11 +328,6 @@ def test_help_and_a_run_never_import_tensorflow(tmp_path: Path) -> None:
     assert not any(m.split(".")[0] in {"tensorflow", "keras"} for m in run_modules)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="migrator/transform.py imports libcst at module level, and the CLI must import it for "
-    "might_need_migration (request in /tmp/handoff/H4-notes-for-H5.md); drop this mark once fixed",
-)
 def test_tree_without_candidates_does_not_load_libcst(tmp_path: Path) -> None:
     make_tree(tmp_path, {"a.py": b"x = 1\n", "b.py": b"import os\n"})
     modules = _imported_modules(".", cwd=tmp_path)

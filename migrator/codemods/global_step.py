@@ -36,9 +36,7 @@ from migrator.codemods.global_step_edit import (
     template,
 )
 from migrator.findings import Finding
-
-# A file defining an optimizer class matters to the move even when it mentions no loss scaling.
-GLOBAL_STEP_TRIGGERS: tuple[bytes, ...] = (b"def apply_gradients",)
+from migrator.prefilter import GLOBAL_STEP_TRIGGERS as GLOBAL_STEP_TRIGGERS  # contract name
 
 MOVE = "global-step-move"
 MANUAL = "global-step-manual"
@@ -118,9 +116,30 @@ def _facts(analysis: ModuleAnalysis, path: str) -> GlobalStepFacts:
     )
 
 
-def scan(module: cst.Module, path: str) -> GlobalStepFacts:
-    """Record one file's step updates and optimizer classes for `build_plan`."""
-    return _facts(_analyze(MetadataWrapper(module)), path)
+def scan(module: MetadataWrapper | cst.Module, path: str) -> GlobalStepFacts:
+    """Record one file's step updates and optimizer classes for `build_plan`.
+
+    A wrapper is accepted so the caller can share resolved metadata with the other codemods.
+    Without `global_step` in the text there are no step updates, and without `class` no optimizer
+    classes, so the scope analysis is skipped; the file still counts as processed for the plan.
+    """
+    code = (module.module if isinstance(module, MetadataWrapper) else module).code
+    if "global_step" not in code and "class" not in code:
+        return GlobalStepFacts(_norm(path), (), (), (), ())
+    wrapper = module if isinstance(module, MetadataWrapper) else MetadataWrapper(module)
+    return _facts(_analyze(wrapper), path)
+
+
+def touches(plan: GlobalStepPlan, path: str) -> bool:
+    """Whether `rewrite` would edit this file (otherwise it only reports the plan's warnings)."""
+    key = _norm(path)
+    return any(p == key for p, _, _ in plan.moves) or any(p == key for p, _ in plan.inserts)
+
+
+def plan_warnings(plan: GlobalStepPlan, path: str) -> list[Finding]:
+    """The plan's findings for one file, under the path the caller uses for it."""
+    key = _norm(path)
+    return [dataclasses.replace(w, path=path) for w in plan.warnings if _norm(w.path) == key]
 
 
 class _Resolver:
@@ -291,12 +310,13 @@ def rewrite(
     if not isinstance(wrapper, MetadataWrapper):
         wrapper = MetadataWrapper(wrapper)
     module = wrapper.module
+    if plan is not None and not touches(plan, path):
+        return module, plan_warnings(plan, path)
     analysis = _analyze(wrapper)
     if plan is None:
         plan = build_plan([_facts(analysis, path)])
     path_key = _norm(path)
-    findings = [w for w in plan.warnings if _norm(w.path) == path_key]
-    findings = [dataclasses.replace(w, path=path) for w in findings]
+    findings = plan_warnings(plan, path)
     moves = {key: where for p, key, where in plan.moves if p == path_key}
     inserts = {name for p, name in plan.inserts if p == path_key}
     edits = Edits()
