@@ -124,6 +124,31 @@ class _Collector(cst.CSTVisitor):
         return True
 
 
+class _FunctionFinder(cst.CSTVisitor):
+    """Every function below a root in source order, with the names of its enclosing defs.
+
+    One walk instead of recursing through `children`, which libcst recomputes on every access.
+    """
+
+    def __init__(self, root: cst.CSTNode, path: tuple[str, ...]) -> None:
+        self.root = root
+        self.path = path
+        self.found: list[tuple[cst.FunctionDef, tuple[str, ...]]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if node is not self.root and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            self.path = (*self.path, node.name.value)
+            if isinstance(node, cst.FunctionDef):
+                self.found.append((node, self.path))
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if original_node is not self.root and isinstance(
+            original_node, (cst.FunctionDef, cst.ClassDef)
+        ):
+            self.path = self.path[:-1]
+
+
 def _collect(root: cst.CSTNode, *types: type, enter_defs: bool = False) -> list:
     collector = _Collector(root, types, enter_defs=enter_defs)
     root.visit(collector)
@@ -175,15 +200,9 @@ class Analyzer(cst.CSTVisitor):
     def _functions(
         self, node: cst.CSTNode, path: tuple[str, ...]
     ) -> Iterator[tuple[cst.FunctionDef, tuple[str, ...]]]:
-        for child in node.children:
-            if isinstance(child, cst.FunctionDef):
-                inner = (*path, child.name.value)
-                yield child, inner
-                yield from self._functions(child.body, inner)
-            elif isinstance(child, cst.ClassDef):
-                yield from self._functions(child.body, (*path, child.name.value))
-            else:
-                yield from self._functions(child, path)
+        finder = _FunctionFinder(node, path)
+        node.visit(finder)
+        return iter(finder.found)
 
     # -- references to optimizer classes ------------------------------------------------------
     def ref(self, expr: cst.BaseExpression) -> OptimizerRef:
@@ -293,13 +312,15 @@ class Analyzer(cst.CSTVisitor):
 
     # -- functions that update global_step ----------------------------------------------------
     def _function(self, fn: cst.FunctionDef, key: str) -> None:
-        assigns = _assignments(fn)
-        updates = [
+        candidates = [
             (call, update)
             for call in _collect(fn.body, cst.Call)
             if (update := step_update(call, self.qnames)) is not None
-            and self._is_global_step(update[0], assigns)
         ]
+        if not candidates:
+            return  # most functions: no call even looks like an update, so skip the scope walk
+        assigns = _assignments(fn)
+        updates = [(c, u) for c, u in candidates if self._is_global_step(u[0], assigns)]
         if not updates:
             return
         uses_loss_scale = any(
