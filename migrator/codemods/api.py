@@ -1,6 +1,6 @@
 """Which TensorFlow loss-scale names exist and what each one becomes on the NPU.
 
-Names are compared after resolving them by scope (libcst's QualifiedNameProvider), so an alias,
+Names are compared after resolving them by scope (libcst's scope analysis), so an alias,
 a `from ... import`, `tensorflow.compat.v1` or a function-local import all land on one canonical
 spelling here; nothing in the migrator matches the text `tf.`.
 """

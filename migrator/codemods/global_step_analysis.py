@@ -16,8 +16,8 @@ import libcst as cst
 from libcst.metadata import (
     PositionProvider,
     QualifiedName,
-    QualifiedNameProvider,
     QualifiedNameSource,
+    ScopeProvider,
 )
 
 from migrator.codemods.global_step_exprs import (
@@ -36,6 +36,7 @@ from migrator.codemods.global_step_names import (
     is_tf_function,
     single_name,
 )
+from migrator.codemods.qualified import qualified_names
 
 RefKind = Literal["local", "import", "builtin", "unknown"]
 ClassState = Literal["insertable", "advances", "follows_bases", "unsupported"]
@@ -162,7 +163,7 @@ def _names_in(node: cst.CSTNode, name: str) -> int:
 class Analyzer(cst.CSTVisitor):
     """Run through `MetadataWrapper.visit`; results land in `self.result`."""
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+    METADATA_DEPENDENCIES = (ScopeProvider, PositionProvider)
 
     def __init__(self) -> None:
         super().__init__()
@@ -170,7 +171,7 @@ class Analyzer(cst.CSTVisitor):
 
     # -- metadata helpers -------------------------------------------------------------------
     def qnames(self, node: cst.CSTNode) -> set[QualifiedName]:
-        return set(self.get_metadata(QualifiedNameProvider, node, set()))
+        return set(qualified_names(self, node))
 
     def line(self, node: cst.CSTNode) -> int:
         return self.get_metadata(PositionProvider, node).start.line

@@ -17,7 +17,6 @@ from libcst.metadata import (
     Assignment,
     ParentNodeProvider,
     PositionProvider,
-    QualifiedNameProvider,
     QualifiedNameSource,
     Scope,
     ScopeProvider,
@@ -29,6 +28,7 @@ from migrator.codemods.api import Kind
 from migrator.codemods.control_deps import control_deps_decision
 from migrator.codemods.distributed import DistributedFacts, is_distributed_value, is_size_test
 from migrator.codemods.imports import ImportPlan, plan_imports
+from migrator.codemods.qualified import qualified_names
 from migrator.findings import Finding
 
 # Builds the new argument list from the *transformed* call's arguments and the local names the
@@ -107,7 +107,6 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     """Walks the original tree once; `finish()` turns what it saw into edits and findings."""
 
     METADATA_DEPENDENCIES = (
-        QualifiedNameProvider,
         ScopeProvider,
         ParentNodeProvider,
         PositionProvider,
@@ -149,7 +148,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
 
     def canonical(self, node: cst.CSTNode) -> str | None:
         """The one imported qualified name of an expression, or None (local, ambiguous, unknown)."""
-        names = self.get_metadata(QualifiedNameProvider, node, set())
+        names = qualified_names(self, node)
         if len(names) != 1:
             return None
         (qn,) = names
@@ -158,7 +157,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         return api.canonical(qn.name)
 
     def _ambiguous(self, node: cst.CSTNode) -> bool:
-        names = self.get_metadata(QualifiedNameProvider, node, set())
+        names = qualified_names(self, node)
         return len(names) > 1 and any(
             q.source is QualifiedNameSource.IMPORT and api.classify(api.canonical(q.name))
             for q in names
