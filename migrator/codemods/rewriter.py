@@ -26,7 +26,9 @@ class PlanRewriter(cst.CSTTransformer):
         self.imports = imports
         self.names = names
         self._updated: dict[int, cst.BaseStatement] = {}
-        self._dropped: set[int] = set()
+        # Keyed by id() but holding the node itself: a freed node's id can be reused by a node
+        # built later, which would then be dropped in its place (user code lost).
+        self._dropped: dict[int, cst.SimpleStatementLine] = {}
         self._hoisted: dict[int, cst.BaseStatement] = {}
 
     # ----------------------------------------------------------------- expressions
@@ -89,7 +91,7 @@ class PlanRewriter(cst.CSTTransformer):
             small for old, small in zip(original.body, updated.body) if not self._fully_removed(old)
         ]
         if not body:
-            self._dropped.add(id(updated))
+            self._dropped[id(updated)] = updated
             return updated
         if len(body) != len(updated.body):
             body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
