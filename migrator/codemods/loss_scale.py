@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import libcst as cst
 from libcst.metadata import (
     Assignment,
-    ParentNodeProvider,
     PositionProvider,
     QualifiedNameSource,
     Scope,
@@ -28,6 +27,7 @@ from migrator.codemods.api import Kind
 from migrator.codemods.control_deps import control_deps_decision
 from migrator.codemods.distributed import DistributedFacts, is_distributed_value, is_size_test
 from migrator.codemods.imports import ImportPlan, plan_imports
+from migrator.codemods.parents import ParentProvider
 from migrator.codemods.qualified import qualified_names
 from migrator.findings import Finding
 
@@ -108,7 +108,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
 
     METADATA_DEPENDENCIES = (
         ScopeProvider,
-        ParentNodeProvider,
+        ParentProvider,
         PositionProvider,
     )
 
@@ -141,7 +141,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         return self.get_metadata(PositionProvider, node).start.line
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.get_metadata(ParentNodeProvider, node, None)
+        return self.get_metadata(ParentProvider, node, None)
 
     def scope(self, node: cst.CSTNode) -> Scope | None:
         return self.get_metadata(ScopeProvider, node, None)
