@@ -95,7 +95,9 @@ def prepare_source(
     options: MigrateOptions = MigrateOptions(),  # noqa: B008 - frozen, so sharing it is safe
 ) -> PreparedFile:
     """Scan for the plan and port the loss-scale APIs in one pass; raises SourceError."""
-    wrapper = MetadataWrapper(parse(source))
+    # The tree was just parsed, so no node appears twice in it and nobody else holds it: the
+    # defensive deep copy MetadataWrapper makes by default would only cost time.
+    wrapper = MetadataWrapper(parse(source), unsafe_skip_copy=True)
     facts = global_step.scan(wrapper, path)
     if not might_need_loss_scale_port(source):
         ported = MigrationResult(path=path, old_source=source, new_source=source, findings=[])

@@ -9,7 +9,7 @@ than guessed at: the caller turns problems into manual-review warnings.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Literal
 
 import libcst as cst
@@ -125,32 +125,72 @@ class _Collector(cst.CSTVisitor):
         return True
 
 
-class _FunctionFinder(cst.CSTVisitor):
-    """Every function below a root in source order, with the names of its enclosing defs.
+class _Index(cst.CSTVisitor):
+    """Every node of a tree in visiting order with the end of its subtree, from one walk.
 
-    One walk instead of recursing through `children`, which libcst recomputes on every access.
+    The analysis asks for the nodes of some types below many roots; slicing this list gives the
+    same nodes in the same order as a walk below each root would, without walking again. The walk
+    also finds every function with the names of its enclosing defs, in source order.
     """
 
-    def __init__(self, root: cst.CSTNode, path: tuple[str, ...]) -> None:
+    def __init__(self, root: cst.CSTNode) -> None:
+        super().__init__()
         self.root = root
-        self.path = path
-        self.found: list[tuple[cst.FunctionDef, tuple[str, ...]]] = []
+        self.nodes: list[cst.CSTNode] = []
+        self.ends: list[int] = []
+        self.start: dict[int, int] = {}
+        self.functions: list[tuple[cst.FunctionDef, tuple[str, ...]]] = []
+        self._open: list[int] = []
+        self._path: tuple[str, ...] = ()
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        self.start[id(node)] = len(self.nodes)
+        self._open.append(len(self.nodes))
+        self.nodes.append(node)
+        self.ends.append(0)
         if node is not self.root and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            self.path = (*self.path, node.name.value)
+            self._path = (*self._path, node.name.value)
             if isinstance(node, cst.FunctionDef):
-                self.found.append((node, self.path))
+                self.functions.append((node, self._path))
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.ends[self._open.pop()] = len(self.nodes)
         if original_node is not self.root and isinstance(
             original_node, (cst.FunctionDef, cst.ClassDef)
         ):
-            self.path = self.path[:-1]
+            self._path = self._path[:-1]
+
+    def collect(
+        self, root: cst.CSTNode, types: tuple[type, ...], enter_defs: bool
+    ) -> list[cst.CSTNode] | None:
+        """What `_Collector` finds below `root`, or None when `root` is not in this tree."""
+        first = self.start.get(id(root))
+        if first is None or self.nodes[first] is not root:
+            return None
+        found: list[cst.CSTNode] = []
+        nodes, ends = self.nodes, self.ends
+        i, stop = first, ends[first]
+        while i < stop:
+            node = nodes[i]
+            if isinstance(node, types):
+                found.append(node)
+            if i != first and not enter_defs and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                i = ends[i]
+            else:
+                i += 1
+        return found
+
+
+# The index of the module being analysed; set only while `Analyzer.visit_Module` runs.
+_INDEX: ContextVar[_Index | None] = ContextVar("global_step_index", default=None)
 
 
 def _collect(root: cst.CSTNode, *types: type, enter_defs: bool = False) -> list:
+    index = _INDEX.get()
+    found = index.collect(root, types, enter_defs) if index is not None else None
+    if found is not None:
+        return found
     collector = _Collector(root, types, enter_defs=enter_defs)
     root.visit(collector)
     return collector.found
@@ -179,6 +219,18 @@ class Analyzer(cst.CSTVisitor):
     # -- entry ------------------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> bool:
         self.module = node
+        index = _Index(node)
+        node.visit(index)
+        token = _INDEX.set(index)
+        try:
+            self._module(node, index.functions)
+        finally:
+            _INDEX.reset(token)
+        return False
+
+    def _module(
+        self, node: cst.Module, functions: list[tuple[cst.FunctionDef, tuple[str, ...]]]
+    ) -> None:
         for stmt in node.body:
             if isinstance(stmt, cst.ClassDef):
                 self.result.classes[stmt.name.value] = self._class(stmt)
@@ -188,7 +240,7 @@ class Analyzer(cst.CSTVisitor):
             if is_loss_scale_optimizer(self.qnames(c.func))
         ]
         seen: dict[str, int] = {}
-        for fn, path in self._functions(node, ()):
+        for fn, path in functions:
             if fn.name.value == "apply_gradients":
                 continue  # the increment's destination, not a hand-made update to move
             key = ".".join(path)
@@ -196,14 +248,6 @@ class Analyzer(cst.CSTVisitor):
             if seen[key] > 1:
                 key = f"{key}#{seen[key]}"
             self._function(fn, key)
-        return False
-
-    def _functions(
-        self, node: cst.CSTNode, path: tuple[str, ...]
-    ) -> Iterator[tuple[cst.FunctionDef, tuple[str, ...]]]:
-        finder = _FunctionFinder(node, path)
-        node.visit(finder)
-        return iter(finder.found)
 
     # -- references to optimizer classes ------------------------------------------------------
     def ref(self, expr: cst.BaseExpression) -> OptimizerRef:
