@@ -233,7 +233,7 @@ def generate_tree(root: Path, files: int, seed: int) -> tuple[int, int]:
 def count_candidates(tree: Path) -> int:
     """Files the CLI will parse; the rest cost it only a read and a byte scan."""
     sys.path.insert(0, str(REPO))
-    from migrator.transform import might_need_migration
+    from migrator.prefilter import might_need_migration
 
     return sum(might_need_migration(p.read_bytes()) for p in tree.rglob("*.py"))
 

@@ -1,8 +1,10 @@
 """The single entry point that parses a file once and chains the codemods over it.
 
-The CLI only talks to this module: a cheap byte pre-filter, a project-wide plan built once in the
-main process, and a pure per-file `migrate_source`. Keeping parsing here means every codemod sees
-the same tree and the file is either rewritten as a whole or not at all.
+The CLI only talks to this module: a cheap byte pre-filter (migrator.prefilter, re-exported),
+then per file `prepare_source` (the plan facts and the loss-scale port, from one parse and one
+metadata resolution, run in worker processes), `plan_from_facts` once for the project, and
+`finish` per file. `migrate_source` chains the three for one file. Keeping parsing here means every
+codemod sees the same tree and the file is either rewritten as a whole or not at all.
 """
 
 from __future__ import annotations
