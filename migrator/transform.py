@@ -112,19 +112,25 @@ def prepare_source(
 
 def is_cheap_to_finish(prepared: PreparedFile, plan: ProjectPlan) -> bool:
     """False when `finish` must parse the file again because the global-step move edits it."""
-    step_plan = plan.global_step
-    return step_plan is None or not global_step.touches(step_plan, prepared.path)
+    return not global_step.touches(_step_plan(prepared, plan), prepared.path)
 
 
 def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> MigrationResult:
     """Combine a prepared file with the project plan into the file's final result."""
-    step_plan = plan.global_step
-    if not is_cheap_to_finish(prepared, plan):
-        assert step_plan is not None
+    step_plan = _step_plan(prepared, plan)
+    if global_step.touches(step_plan, prepared.path):
         return _migrate_moved(prepared.source, prepared.path, options, step_plan)
-    step_findings = global_step.plan_warnings(step_plan, prepared.path) if step_plan else []
-    findings = _sorted([*step_findings, *prepared.ported.findings])
+    findings = _sorted(
+        [*global_step.plan_warnings(step_plan, prepared.path), *prepared.ported.findings]
+    )
     return dataclasses.replace(prepared.ported, findings=findings)
+
+
+def _step_plan(prepared: PreparedFile, plan: ProjectPlan) -> global_step.GlobalStepPlan:
+    # A plan without global-step facts means "plan this file on its own", as `rewrite` does.
+    if plan.global_step is not None:
+        return plan.global_step
+    return global_step.build_plan([prepared.facts])
 
 
 def migrate_source(
