@@ -19,21 +19,11 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from npu_lossscale import distributed, overflow
+from npu_lossscale import distributed, gating, overflow
 from npu_lossscale.managers import LossScaleManager
 from npu_lossscale.modes import OverflowMode
 
 _GATE_OP = tf.compat.v1.train.Optimizer.GATE_OP
-
-
-def _smart_cond(pred: tf.Tensor, true_fn: Callable, false_fn: Callable) -> Any:
-    """Run only the branch needed when the predicate is known now (eagerly or constant)."""
-    if tf.executing_eagerly():
-        return true_fn() if bool(pred) else false_fn()
-    static = tf.get_static_value(pred)
-    if static is not None:
-        return true_fn() if bool(static) else false_fn()
-    return tf.cond(pred, true_fn, false_fn)
 
 
 def _scale_loss(loss: Any, get_scale: Callable[[], tf.Tensor]) -> Any:
@@ -238,7 +228,7 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
         # NaN != 0, so a NaN status (e.g. from a sum over workers) counts as an overflow.
         finite = tf.equal(status, 0.0)
         if self._loss_scale_manager.enable_overflow_check:
-            applied = _smart_cond(finite, lambda: tf.group(apply_fn()), tf.no_op)
+            applied = gating.apply_if(finite, apply_fn)
         else:
             # The vendor's enable_overflow_check=False: every step is applied.
             applied = apply_fn()

@@ -158,17 +158,20 @@ def unscale_with_status(
         unscaled = unscale(grads, loss_scale)
         return unscaled, overflow_status(unscaled, mode, loss_scale)
     scale = tf.cast(loss_scale, tf.float32)
-    fused_at = [i for i, g in enumerate(grads) if _fused_candidate(g)]
-    fused = set(fused_at)
-    result = unscale([None if i in fused else g for i, g in enumerate(grads)], scale)
+    saturation = mode is OverflowMode.SATURATION
+    # The others are unscaled together and checked by the pure-TF rule.
+    result = unscale([None if _fused_candidate(g) else g for g in grads], scale)
+    statuses = []
     rest = [g for g in result if g is not None]
-    outputs, status = ops.npu_unscale_and_check(
-        [grads[i] for i in fused_at], scale, saturation=mode is OverflowMode.SATURATION
-    )
-    for i, value in zip(fused_at, outputs):
-        result[i] = value
     if rest:
-        status = tf.maximum(status, overflow_status(rest, mode, scale))
+        statuses.append(overflow_status(rest, mode, scale))
+    for i, grad in enumerate(grads):
+        if _fused_candidate(grad):
+            # One op per gradient, not one for the whole list: each starts as soon as its
+            # gradient exists, so unscaling overlaps the rest of the backward pass.
+            (result[i],), status = ops.npu_unscale_and_check([grad], scale, saturation=saturation)
+            statuses.append(status)
+    status = statuses[0] if len(statuses) == 1 else tf.reduce_max(tf.stack(statuses))
     return result, status
 
 
