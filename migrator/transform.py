@@ -77,7 +77,7 @@ def scan_source(source: bytes, *, path: str) -> global_step.GlobalStepFacts | No
         module = parse(source)
     except SourceError:
         return None
-    return global_step.scan(module, path)
+    return global_step.scan(module, path, source=source)
 
 
 def plan_from_facts(facts: Iterable[global_step.GlobalStepFacts | None]) -> ProjectPlan:
@@ -100,7 +100,7 @@ def prepare_source(
     # The tree was just parsed, so no node appears twice in it and nobody else holds it: the
     # defensive deep copy MetadataWrapper makes by default would only cost time.
     wrapper = MetadataWrapper(parse(source), unsafe_skip_copy=True)
-    facts = global_step.scan(wrapper, path)
+    facts = global_step.scan(wrapper, path, source=source)
     if not might_need_loss_scale_port(source):
         ported = MigrationResult(path=path, old_source=source, new_source=source, findings=[])
     else:

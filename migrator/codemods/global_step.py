@@ -116,15 +116,19 @@ def _facts(analysis: ModuleAnalysis, path: str) -> GlobalStepFacts:
     )
 
 
-def scan(module: MetadataWrapper | cst.Module, path: str) -> GlobalStepFacts:
+def scan(
+    module: MetadataWrapper | cst.Module, path: str, *, source: bytes | None = None
+) -> GlobalStepFacts:
     """Record one file's step updates and optimizer classes for `build_plan`.
 
     A wrapper is accepted so the caller can share resolved metadata with the other codemods.
     Without `global_step` in the text there are no step updates, and without `class` no optimizer
     classes, so the scope analysis is skipped; the file still counts as processed for the plan.
+    Pass the file's `source` when you have it: generating the code from the tree costs a walk.
     """
-    code = (module.module if isinstance(module, MetadataWrapper) else module).code
-    if "global_step" not in code and "class" not in code:
+    if source is None:
+        source = (module.module if isinstance(module, MetadataWrapper) else module).bytes
+    if b"global_step" not in source and b"class" not in source:
         return GlobalStepFacts(_norm(path), (), (), (), ())
     wrapper = module if isinstance(module, MetadataWrapper) else MetadataWrapper(module)
     return _facts(_analyze(wrapper), path)

@@ -6,6 +6,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from migrator.codemods.loss_scale import LossScaleAnalyzer
+from migrator.codemods.parents import ParentProvider
 from migrator.codemods.rewriter import PlanRewriter
 from migrator.findings import Finding
 
@@ -18,5 +19,6 @@ def port_loss_scale(
     wrapper.visit(analyzer)
     if not analyzer.edits:
         return wrapper.module, analyzer.findings
-    rewriter = PlanRewriter(analyzer.edits, analyzer.imports, analyzer.names)
+    parents = wrapper.resolve(ParentProvider)
+    rewriter = PlanRewriter(analyzer.edits, analyzer.imports, analyzer.names, parents)
     return wrapper.module.visit(rewriter), analyzer.findings

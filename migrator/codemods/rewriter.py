@@ -1,14 +1,16 @@
 """Apply an analysed plan to the tree, touching only the planned nodes.
 
 Everything else is returned as libcst gives it back, so comments and layout of untouched code
-survive. Statement-level changes (imports added or dropped, a manager hoisted out of a `with`)
-are made while rebuilding each block, so comments on a dropped line move to the next statement
-instead of disappearing.
+survive. The walk only enters the planned nodes and their ancestors (found through the parent
+links the analysis already resolved): a handful of paths instead of every node of the file.
+Statement-level changes (imports added or dropped, a manager hoisted out of a `with`) are made
+while rebuilding each block, so comments on a dropped line move to the next statement instead of
+disappearing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import libcst as cst
@@ -20,16 +22,27 @@ _ImportT = TypeVar("_ImportT", cst.Import, cst.ImportFrom)
 
 
 class PlanRewriter(cst.CSTTransformer):
-    def __init__(self, edits: Edits, imports: ImportPlan, names: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        edits: Edits,
+        imports: ImportPlan,
+        names: Mapping[str, str],
+        parents: Mapping[cst.CSTNode, cst.CSTNode],
+    ) -> None:
         super().__init__()
         self.edits = edits
         self.imports = imports
         self.names = names
+        self._enter = _with_ancestors(_planned_nodes(edits, imports), parents)
         self._updated: dict[int, cst.BaseStatement] = {}
         # Keyed by id() but holding the node itself: a freed node's id can be reused by a node
         # built later, which would then be dropped in its place (user code lost).
         self._dropped: dict[int, cst.SimpleStatementLine] = {}
         self._hoisted: dict[int, cst.BaseStatement] = {}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # A subtree with no planned node comes back unchanged: no need to walk it.
+        return node in self._enter and super().on_visit(node)
 
     # ----------------------------------------------------------------- expressions
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -119,6 +132,8 @@ class PlanRewriter(cst.CSTTransformer):
     def leave_IndentedBlock(
         self, original: cst.IndentedBlock, updated: cst.IndentedBlock
     ) -> cst.IndentedBlock:
+        if original not in self._enter:
+            return updated
         body, footer = self._rebuild(original.body, updated.body, updated.footer)
         return updated.with_changes(body=body, footer=footer)
 
@@ -158,6 +173,30 @@ class PlanRewriter(cst.CSTTransformer):
             out[0] = _with_leading(out[0], carried)
             carried = []
         return out, [*carried, *footer]
+
+
+def _planned_nodes(edits: Edits, imports: ImportPlan) -> Iterable[cst.CSTNode]:
+    """Every original node the rewrite replaces, edits or places statements around."""
+    yield from edits.calls
+    yield from edits.refs
+    yield from edits.removals
+    yield from edits.hoists
+    yield from edits.hoists.values()
+    yield from imports.before
+    yield from imports.after
+    yield from imports.merge
+
+
+def _with_ancestors(
+    nodes: Iterable[cst.CSTNode], parents: Mapping[cst.CSTNode, cst.CSTNode]
+) -> set[cst.CSTNode]:
+    found: set[cst.CSTNode] = set()
+    for node in nodes:
+        current: cst.CSTNode | None = node
+        while current is not None and current not in found:
+            found.add(current)
+            current = parents.get(current)
+    return found
 
 
 def _comments_of(line: cst.SimpleStatementLine) -> list[cst.EmptyLine]:
