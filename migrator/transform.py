@@ -18,7 +18,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from migrator.codemods import global_step
-from migrator.codemods.port import port_loss_scale
+from migrator.codemods.port import LOSS_SCALE_METADATA, port_loss_scale
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.prefilter import might_need_loss_scale_port
 from migrator.prefilter import might_need_migration as might_need_migration  # the CLI's contract
@@ -100,8 +100,15 @@ def prepare_source(
     # The tree was just parsed, so no node appears twice in it and nobody else holds it: the
     # defensive deep copy MetadataWrapper makes by default would only cost time.
     wrapper = MetadataWrapper(parse(source), unsafe_skip_copy=True)
+    port_needed = might_need_loss_scale_port(source)
+    # libcst resolves metadata in rounds and walks the whole tree once per round, even a round
+    # with nothing to walk for; asking for what both codemods need at once saves those walks.
+    wanted = set(global_step.metadata_needed(source))
+    if port_needed:
+        wanted.update(LOSS_SCALE_METADATA)
+    wrapper.resolve_many(wanted)
     facts = global_step.scan(wrapper, path, source=source)
-    if not might_need_loss_scale_port(source):
+    if not port_needed:
         ported = MigrationResult(path=path, old_source=source, new_source=source, findings=[])
     else:
         module, findings = port_loss_scale(wrapper, path, options.distributed)

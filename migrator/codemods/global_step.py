@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
@@ -116,6 +116,13 @@ def _facts(analysis: ModuleAnalysis, path: str) -> GlobalStepFacts:
     )
 
 
+def metadata_needed(source: bytes) -> Collection[type]:
+    """The metadata `scan` resolves for this file (none when it can skip the analysis)."""
+    if b"global_step" not in source and b"class" not in source:
+        return ()
+    return Analyzer.get_inherited_dependencies()
+
+
 def scan(
     module: MetadataWrapper | cst.Module, path: str, *, source: bytes | None = None
 ) -> GlobalStepFacts:
@@ -128,7 +135,7 @@ def scan(
     """
     if source is None:
         source = (module.module if isinstance(module, MetadataWrapper) else module).bytes
-    if b"global_step" not in source and b"class" not in source:
+    if not metadata_needed(source):
         return GlobalStepFacts(_norm(path), (), (), (), ())
     wrapper = module if isinstance(module, MetadataWrapper) else MetadataWrapper(module)
     return _facts(_analyze(wrapper), path)

@@ -10,6 +10,9 @@ from migrator.codemods.parents import ParentProvider
 from migrator.codemods.rewriter import PlanRewriter
 from migrator.findings import Finding
 
+# The metadata the port resolves on the wrapper it is given.
+LOSS_SCALE_METADATA = LossScaleAnalyzer.get_inherited_dependencies()
+
 
 def port_loss_scale(
     wrapper: MetadataWrapper, path: str, distributed: str
