@@ -14,7 +14,6 @@ from typing import Literal
 
 import libcst as cst
 from libcst.metadata import (
-    PositionProvider,
     QualifiedName,
     QualifiedNameSource,
     ScopeProvider,
@@ -36,6 +35,8 @@ from migrator.codemods.global_step_names import (
     is_tf_function,
     single_name,
 )
+from migrator.codemods.lines import LineProvider, start_line
+from migrator.codemods.parents import ParentProvider
 from migrator.codemods.qualified import qualified_names
 
 RefKind = Literal["local", "import", "builtin", "unknown"]
@@ -203,7 +204,7 @@ def _names_in(node: cst.CSTNode, name: str) -> int:
 class Analyzer(cst.CSTVisitor):
     """Run through `MetadataWrapper.visit`; results land in `self.result`."""
 
-    METADATA_DEPENDENCIES = (ScopeProvider, PositionProvider)
+    METADATA_DEPENDENCIES = (ScopeProvider, ParentProvider, LineProvider)
 
     def __init__(self) -> None:
         super().__init__()
@@ -214,7 +215,8 @@ class Analyzer(cst.CSTVisitor):
         return set(qualified_names(self, node))
 
     def line(self, node: cst.CSTNode) -> int:
-        return self.get_metadata(PositionProvider, node).start.line
+        # Not PositionProvider: it costs a position for every node, we need a dozen (lines.py).
+        return start_line(self, node)
 
     # -- entry ------------------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> bool:

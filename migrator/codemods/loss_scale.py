@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import libcst as cst
 from libcst.metadata import (
     Assignment,
-    PositionProvider,
     QualifiedNameSource,
     Scope,
     ScopeProvider,
@@ -27,6 +26,7 @@ from migrator.codemods.api import Kind
 from migrator.codemods.control_deps import control_deps_decision
 from migrator.codemods.distributed import DistributedFacts, is_distributed_value, is_size_test
 from migrator.codemods.imports import ImportPlan, plan_imports
+from migrator.codemods.lines import LineProvider, start_line
 from migrator.codemods.parents import ParentProvider
 from migrator.codemods.qualified import qualified_names
 from migrator.findings import Finding
@@ -109,7 +109,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (
         ScopeProvider,
         ParentProvider,
-        PositionProvider,
+        LineProvider,
     )
 
     def __init__(self, path: str, distributed: str) -> None:
@@ -138,7 +138,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
 
     # ----------------------------------------------------------------- metadata helpers
     def line(self, node: cst.CSTNode) -> int:
-        return self.get_metadata(PositionProvider, node).start.line
+        # Not PositionProvider: it costs a position for every node, we need a dozen (lines.py).
+        return start_line(self, node)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.get_metadata(ParentProvider, node, None)

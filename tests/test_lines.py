@@ -1,0 +1,178 @@
+"""LineIndex gives every node exactly the start line PositionProvider gives it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from migrator.codemods.lines import LineIndex, LineProvider, count_newlines, start_line
+from migrator.codemods.parents import ParentProvider
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+TRICKY = {
+    "crlf": (
+        "import os\r\n\r\n# lead\r\ndef f(a,\r\n      b):\r\n"
+        "    return '''x\r\ny'''\r\n\r\nclass C:\r\n    x = (1,\r\n         2)\r\n"
+    ),
+    "lone_cr": "x = 1\ry = 2\r\r# c\rdef f():\r    return (3,\r            4)\r",
+    "mixed_newlines": "a = 1\r\nb = 2\nc = 3\rd = (1,\r\n 2)\n\r\ne = 4\r\r\n",
+    # The first line break is inside the string, so the file's default newline is \r, and
+    # libcst counts that \r as a line break although Python does not.
+    "cr_in_string": 'x = """a\rb"""\ny = 1\nz = 2\n',
+    "header_no_trailing_newline": "#!/usr/bin/env python\n# header\n\n\nimport os\nx = os.sep",
+    "comments_and_blank_lines": (
+        "\n\n# lead\nx = 1\n\n\n# between\n\ny = 2  # trailing\n"
+        "if x:\n\n    # inside\n    z = 3\n\n# dedented comment\n    w = 4\n# footer\n\n"
+    ),
+    "decorators_and_nesting": (
+        "@decorator\n# between decorators\n@other(\n    1,\n)\n\nclass A(Base):\n"
+        '    """Doc\n    string."""\n\n    # c\n    @staticmethod\n    def f(x):\n'
+        "        def g():\n            class B:\n                pass\n\n"
+        "            return B\n        return g\n\n\n@d\nasync def h():\n    await x\n"
+    ),
+    "backslash_continuations": (
+        "x = 1 + \\\n    2\nif a and \\\n   b:\n    pass\nfrom os import \\\n    path\n"
+        "x = 1\n\\\n\ny = 2\nassert x, \\\n  'message'\n"
+    ),
+    "multi_line_strings": (
+        'x = """a\nb\n"""\ny = f"""\n{x}\n"""\nz = ("implicit"\n     "concat")\n'
+        "def f():\n    '''doc\n\n    more'''\n    return b'''\\r\n'''\n"
+    ),
+    "tabs_and_semicolons": "if x:\n\ta = 1; b = 2\n\tif y:\n\t\tc = 3\nelse: d = 4\n",
+    "compound": (
+        "try:\n    pass\nexcept (A,\n        B) as e:\n    raise\nelse:\n    pass\n"
+        "finally:\n    pass\nwith a as b, \\\n     c:\n    pass\nwhile x:\n    break\n"
+        "for i in (\n    y\n):\n    continue\nmatch p:\n    case [1,\n          2]:\n        pass\n"
+    ),
+    "empty": "",
+    "only_newlines": "\n\n",
+    "only_comment": "# c",
+    "footer_after_block": "if x:\n    pass\n\\\n\n# c\n",
+}
+
+
+def _all_nodes(root: cst.CSTNode) -> list[cst.CSTNode]:
+    class Collect(cst.CSTVisitor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.nodes: list[cst.CSTNode] = []
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            self.nodes.append(node)
+            return True
+
+    collect = Collect()
+    root.visit(collect)
+    return collect.nodes
+
+
+def _mismatches(wrapper: MetadataWrapper) -> list[str]:
+    module = wrapper.module
+    positions = wrapper.resolve(PositionProvider)
+    parents = wrapper.resolve(ParentProvider)
+    index = LineIndex(module)
+    nodes = _all_nodes(module)
+    assert len(nodes) == len(positions)  # the walk saw every node PositionProvider saw
+    lines = {n: index.line(n, parents) for n in nodes}
+    return [
+        f"{type(n).__name__}: {lines[n]} != {positions[n].start.line}"
+        for n in nodes
+        if lines[n] != positions[n].start.line
+    ]
+
+
+def _fixture_sources() -> list[Path]:
+    return sorted(FIXTURES.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _fixture_sources(), ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_every_node_of_every_fixture(path: Path) -> None:
+    try:
+        module = cst.parse_module(path.read_bytes())
+    except (cst.ParserSyntaxError, UnicodeDecodeError, SyntaxError):
+        pytest.skip("libcst cannot parse it")
+    assert _mismatches(MetadataWrapper(module, unsafe_skip_copy=True)) == []
+
+
+@pytest.mark.parametrize("name", sorted(TRICKY))
+def test_every_node_of_tricky_sources(name: str) -> None:
+    module = cst.parse_module(TRICKY[name])
+    assert _mismatches(MetadataWrapper(module, unsafe_skip_copy=True)) == []
+
+
+def test_fixtures_were_found() -> None:
+    assert len(_fixture_sources()) > 20
+
+
+class _AddStatements(cst.CSTTransformer):
+    """Builds nodes the parser never made: default newlines, new comment lines, new statements,
+    and empty blocks (their code is a `pass` and a newline that no node holds)."""
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        (first, *rest) = original_node.body
+        if not rest and isinstance(first, cst.SimpleStatementLine):
+            if [type(s) for s in first.body] == [cst.Pass]:
+                return updated_node.with_changes(body=[])
+        extra = cst.parse_statement("added = (1,\n    2)\n").with_changes(
+            leading_lines=[cst.EmptyLine(comment=cst.Comment("# added")), cst.EmptyLine()]
+        )
+        return updated_node.with_changes(body=[extra, *updated_node.body])
+
+
+@pytest.mark.parametrize("name", ["crlf", "lone_cr", "decorators_and_nesting", "compound"])
+def test_every_node_of_a_transformed_tree(name: str) -> None:
+    moved = cst.parse_module(TRICKY[name]).visit(_AddStatements())
+    assert _mismatches(MetadataWrapper(moved)) == []  # deep copy, as transform.py does
+
+
+def test_newlines_are_counted_like_libcst() -> None:
+    from libcst.metadata.position_provider import NEWLINE_RE
+
+    for text in ["", "a", "\n", "\r", "\r\n", "\n\r", "\r\r\n\n", "a\r\nb\rc\nd\r\n\r"]:
+        assert count_newlines(text) == len(NEWLINE_RE.findall(text)), repr(text)
+
+
+def test_analyzers_never_resolve_positions_of_the_whole_file(monkeypatch) -> None:
+    source = TRICKY["decorators_and_nesting"] + TRICKY["compound"]
+    sizes: list[int] = []  # statements in each module PositionProvider runs over
+    walks: list[int] = []  # batched walks, one per round of libcst's metadata resolution
+    original_gen, original_walk = PositionProvider._gen_impl, MetadataWrapper.visit_batched
+
+    def gen(self: PositionProvider, module: cst.Module) -> None:
+        sizes.append(len(module.body))
+        original_gen(self, module)
+
+    def walk(self: MetadataWrapper, *args, **kwargs) -> cst.CSTNode:
+        walks.append(len(self.module.body))
+        return original_walk(self, *args, **kwargs)
+
+    monkeypatch.setattr(PositionProvider, "_gen_impl", gen)
+    monkeypatch.setattr(MetadataWrapper, "visit_batched", walk)
+
+    class AskEveryBodyNode(cst.CSTVisitor):
+        METADATA_DEPENDENCIES = (ParentProvider, LineProvider)
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: dict[cst.CSTNode, int] = {}
+
+        def visit_Module(self, node: cst.Module) -> None:
+            for stmt in node.body:
+                for n in _all_nodes(stmt):
+                    self.lines[n] = start_line(self, n)
+
+    wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
+    first, second = AskEveryBodyNode(), AskEveryBodyNode()
+    wrapper.visit(first)
+    wrapper.visit(second)  # a second analyzer on the same wrapper reuses the index
+    assert len(sizes) == len(wrapper.module.body) and set(sizes) == {1}
+    # LineProvider is resolved with ParentProvider in one round, and asking adds no walk.
+    assert walks == [len(wrapper.module.body)]
+    positions = wrapper.resolve(PositionProvider)
+    assert first.lines == second.lines == {n: positions[n].start.line for n in first.lines}
