@@ -45,12 +45,16 @@ def apply_if(pred: tf.Tensor, apply_fn: Callable[[], Any]) -> tf.Operation | Non
     static = tf.get_static_value(pred)
     if static is not None:
         return tf.group(apply_fn()) if bool(static) else tf.no_op()
-    if _switch_gate_allowed():
+    if classic_graph():
         return _switch_gate(pred, apply_fn)
     return tf.cond(pred, lambda: tf.group(apply_fn()), tf.no_op)
 
 
-def _switch_gate_allowed() -> bool:
+def classic_graph() -> bool:
+    """Whether ops built now go into a plain TF1 graph run by the classic executor as they are:
+    no function graph, v1 control-flow context, distribution strategy or XLA compilation."""
+    if tf.executing_eagerly():
+        return False
     graph = tf.compat.v1.get_default_graph()
     return (
         type(graph) is tf.Graph

@@ -14,6 +14,7 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
+from npu_lossscale import gating, kernels
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -252,6 +253,21 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
 
     def update_loss_scale(self, finite_grads: tf.Tensor | bool) -> tf.Operation | None:
         finite = _as_finite_flag(finite_grads)
+        ops = kernels.fused_ops() if gating.classic_graph() else None
+        if ops is not None:
+            # One graph node instead of about forty (kernels/loss_scale_update.cc), same result.
+            new_at_floor = ops.npu_loss_scale_update(
+                finite,
+                *(v.handle for v in self.variables),  # the order the op takes them in
+                incr_every_n_steps=self._incr_every_n_steps,
+                decr_every_n_nan_or_inf=self._decr_every_n_nan_or_inf,
+                incr_ratio=self._incr_ratio,
+                decr_ratio=self._decr_ratio,
+                min_loss_scale=self._min_loss_scale,
+                max_loss_scale=math.inf if self._max_loss_scale is None else self._max_loss_scale,
+            )
+            guard = self._stuck_guard(new_at_floor)
+            return tf.group(new_at_floor.op, *([] if guard is None else [guard]))
         # Read every variable once; all assigns wait for all new values so no read sees a write.
         scale = self._loss_scale.read_value()
         good = self._good_steps.read_value()

@@ -388,9 +388,7 @@ def test_manager_created_under_a_distribution_strategy():
 def _stuck_manager(**extra):
     # Floor 2, halving on every overflow from 8: steps 1-2 overflow above the floor (8, 4), and
     # from step 3 on every overflow happens with the scale at the floor.
-    return ExponentialUpdateLossScaleManager(
-        8, 10, 1, decr_ratio=0.5, min_loss_scale=2, **extra
-    )
+    return ExponentialUpdateLossScaleManager(8, 10, 1, decr_ratio=0.5, min_loss_scale=2, **extra)
 
 
 def _assert_stuck_message(message: str) -> None:
@@ -519,3 +517,62 @@ def test_exponential_rejects_bad_arguments(arg, kwargs):
 def test_tensor_hyper_parameters_are_rejected():
     with pytest.raises(ValueError, match="init_loss_scale"):
         ExponentialUpdateLossScaleManager(tf.constant(8.0), 100)
+
+
+# ---- the fused update op (kernels/loss_scale_update.cc) against the pure-TF update ----------
+
+
+def _update_graph(init, hyper, fused: bool, monkeypatch):
+    monkeypatch.setenv("NPU_LOSSSCALE_FUSED", "1" if fused else "0")
+    g = tf.Graph()
+    with g.as_default():
+        manager = ExponentialUpdateLossScaleManager(init, **hyper)
+        finite = tf.compat.v1.placeholder(tf.bool, [])
+        update = manager.update_loss_scale(finite)
+        with tf.control_dependencies([update]):
+            after = [tf.identity(v.read_value()) for v in manager.variables]
+        init_op = tf.compat.v1.global_variables_initializer()
+    has_op = any(op.type == "NpuLossScaleUpdate" for op in g.get_operations())
+    session = tf.compat.v1.Session(graph=g)
+    session.run(init_op)
+    return session, finite, after, has_op
+
+
+@pytest.mark.parametrize("name", sorted(HYPER_SETS))
+def test_fused_update_is_bit_identical_to_the_pure_tf_update(name, monkeypatch):
+    from npu_lossscale import kernels
+
+    if kernels.fused_ops() is None:
+        pytest.skip(f"fused ops unavailable: {kernels.unavailable_reason()}")
+    init, hyper, p_finite = HYPER_SETS[name]
+    fused = _update_graph(init, hyper, True, monkeypatch)
+    plain = _update_graph(init, hyper, False, monkeypatch)
+    assert fused[3] and not plain[3]
+    for i, step in enumerate(_steps(seed=100 + len(name), n=300, p_finite=p_finite)):
+        got = fused[0].run(fused[2], {fused[1]: step})
+        want = plain[0].run(plain[2], {plain[1]: step})
+        assert [np.asarray(v).tobytes() for v in got] == [np.asarray(v).tobytes() for v in want], (
+            f"{name} step {i}: {got} != {want}"
+        )
+    fused[0].close()
+    plain[0].close()
+
+
+def test_fused_update_leaves_a_value_read_earlier_in_the_step_alone(monkeypatch):
+    """The op writes fresh buffers: a read taken before it in the same run keeps the old value."""
+    from npu_lossscale import kernels
+
+    if kernels.fused_ops() is None:
+        pytest.skip(f"fused ops unavailable: {kernels.unavailable_reason()}")
+    g = tf.Graph()
+    with g.as_default():
+        manager = ExponentialUpdateLossScaleManager(1024.0, 1, incr_ratio=2)
+        read = manager.get_loss_scale()
+        with tf.control_dependencies([read]):
+            update = manager.update_loss_scale(True)
+        assert any(op.type == "NpuLossScaleUpdate" for op in g.get_operations())
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            before, _ = sess.run([read, update])
+            assert before == 1024.0
+            assert sess.run(manager.get_loss_scale()) == 2048.0

@@ -1,4 +1,8 @@
-"""Build and load the fused unscale-and-check CPU op on first use, or say why it is not used.
+"""Build and load the fused CPU ops on first use, or say why they are not used.
+
+Two ops, one library: ``NpuUnscaleAndCheck`` (unscale_check.cc) unscales gradients and decides
+overflow in one pass; ``NpuLossScaleUpdate`` (loss_scale_update.cc) is the dynamic manager's
+per-step update as one graph node.
 
 Why built here rather than shipped: a TensorFlow custom op must be compiled against the exact
 TensorFlow it is loaded into, so it is compiled once per (source, TensorFlow, compiler flags) with
@@ -32,7 +36,7 @@ logger = logging.getLogger("npu_lossscale")
 DISABLE_ENV = "NPU_LOSSSCALE_FUSED"
 CACHE_ENV = "NPU_LOSSSCALE_CACHE"
 OP_NAME = "NpuUnscaleAndCheck"
-SOURCE = Path(__file__).with_name("unscale_check.cc")
+SOURCES = tuple(Path(__file__).with_name(n) for n in ("unscale_check.cc", "loss_scale_update.cc"))
 
 # Portable on purpose (no -march=native): the cache directory may be shared between machines.
 _CXXFLAGS = ("-O3", "-shared", "-fPIC", "-w")
@@ -100,6 +104,7 @@ def _load() -> ModuleType | None:
             library = _build()
             module = tf.load_op_library(str(library))
             tf.no_gradient(OP_NAME)
+            tf.no_gradient("NpuLossScaleUpdate")
             return module
         except Exception as error:  # any build or load failure means "use the pure-TF path"
             reason = f"{type(error).__name__}: {_first_line(str(error))}"
@@ -120,7 +125,7 @@ def _build_command(output: Path) -> list[str]:
     return [
         _compiler(),
         *_CXXFLAGS,
-        str(SOURCE),
+        *(str(source) for source in SOURCES),
         "-o",
         str(output),
         *tf.sysconfig.get_compile_flags(),
@@ -131,7 +136,8 @@ def _build_command(output: Path) -> list[str]:
 def _cache_dir() -> Path:
     root = os.environ.get(CACHE_ENV) or os.path.join(Path.home(), ".cache", "npu_lossscale")
     key = hashlib.sha256()
-    key.update(SOURCE.read_bytes())
+    for source in SOURCES:
+        key.update(source.read_bytes())
     key.update(tf.__version__.encode())
     key.update(tf.__file__.encode())
     key.update(" ".join(_build_command(Path("out"))).encode())
@@ -143,7 +149,7 @@ def _build() -> Path:
     """Compile once per cache key; a file lock makes parallel processes wait for one build."""
     directory = _cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    library = directory / "unscale_check.so"
+    library = directory / "npu_lossscale_ops.so"
     with open(directory / ".lock", "w") as lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         if library.exists():
