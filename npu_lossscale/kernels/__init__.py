@@ -110,7 +110,7 @@ def _load() -> ModuleType | None:
             reason = f"{type(error).__name__}: {_first_line(str(error))}"
     _state["reason"] = reason
     logger.warning(
-        "npu_lossscale: fused unscale-and-check op not used, pure-TF overflow check instead (%s)",
+        "npu_lossscale: fused CPU ops not used, pure-TF check and update instead (%s)",
         reason,
     )
     return None
@@ -159,7 +159,7 @@ def _build() -> Path:
         temp = Path(temp_name)
         try:
             started = time.perf_counter()
-            logger.info("npu_lossscale: compiling the fused unscale-and-check op (one-off)")
+            logger.info("npu_lossscale: compiling the fused CPU ops (one-off)")
             done = subprocess.run(
                 _build_command(temp),
                 capture_output=True,
@@ -173,7 +173,7 @@ def _build() -> Path:
                 raise RuntimeError(f"{_compiler()} failed: {message}")
             os.replace(temp, library)
             logger.info(
-                "npu_lossscale: fused op built in %.1f s into %s",
+                "npu_lossscale: fused ops built in %.1f s into %s",
                 time.perf_counter() - started,
                 library,
             )
