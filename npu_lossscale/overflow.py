@@ -159,7 +159,7 @@ def unscale_with_status(
         return unscaled, overflow_status(unscaled, mode, loss_scale)
     scale = tf.cast(loss_scale, tf.float32)
     saturation = mode is OverflowMode.SATURATION
-    # The others are unscaled together and checked by the pure-TF rule.
+    # Gradients the op does not take (IndexedSlices, half precision) go the pure-TF way.
     result = unscale([None if _fused_candidate(g) else g for g in grads], scale)
     statuses = []
     rest = [g for g in result if g is not None]

@@ -123,18 +123,14 @@ def metadata_needed(source: bytes) -> Collection[type]:
     return Analyzer.get_inherited_dependencies()
 
 
-def scan(
-    module: MetadataWrapper | cst.Module, path: str, *, source: bytes | None = None
-) -> GlobalStepFacts:
+def scan(module: MetadataWrapper | cst.Module, path: str, *, source: bytes) -> GlobalStepFacts:
     """Record one file's step updates and optimizer classes for `build_plan`.
 
     A wrapper is accepted so the caller can share resolved metadata with the other codemods.
     Without `global_step` in the text there are no step updates, and without `class` no optimizer
     classes, so the scope analysis is skipped; the file still counts as processed for the plan.
-    Pass the file's `source` when you have it: generating the code from the tree costs a walk.
+    `source` is the file's bytes, tested instead of the tree: generating its code costs a walk.
     """
-    if source is None:
-        source = (module.module if isinstance(module, MetadataWrapper) else module).bytes
     if not metadata_needed(source):
         return GlobalStepFacts(_norm(path), (), (), (), ())
     wrapper = module if isinstance(module, MetadataWrapper) else MetadataWrapper(module)

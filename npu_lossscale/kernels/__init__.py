@@ -35,7 +35,7 @@ logger = logging.getLogger("npu_lossscale")
 
 DISABLE_ENV = "NPU_LOSSSCALE_FUSED"
 CACHE_ENV = "NPU_LOSSSCALE_CACHE"
-OP_NAME = "NpuUnscaleAndCheck"
+OP_NAMES = ("NpuUnscaleAndCheck", "NpuLossScaleUpdate")
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("unscale_check.cc", "loss_scale_update.cc"))
 
 # Portable on purpose (no -march=native): the cache directory may be shared between machines.
@@ -103,8 +103,8 @@ def _load() -> ModuleType | None:
         try:
             library = _build()
             module = tf.load_op_library(str(library))
-            tf.no_gradient(OP_NAME)
-            tf.no_gradient("NpuLossScaleUpdate")
+            for name in OP_NAMES:
+                tf.no_gradient(name)
             return module
         except Exception as error:  # any build or load failure means "use the pure-TF path"
             reason = f"{type(error).__name__}: {_first_line(str(error))}"
