@@ -75,6 +75,10 @@ def make_cases(scale: float) -> dict[str, list[np.ndarray]]:
         "-at-threshold": injected(-top, 50_000),
         "just-below": injected(-below, 7),
         "huge-finite": [np.full(9, 3e38, f32), noise(40)],
+        # The kernel orders |u| by its bits: the largest finite float sits just below inf's
+        # pattern, and a NaN with the sign bit and a payload must still count.
+        "max-finite": [np.full(40, np.finfo(f32).max, f32), -np.full(3, np.finfo(f32).max, f32)],
+        "-nan-payload": injected(np.array(0xFFC00123, np.uint32).view(f32), 40_000),
         "only-empty": [noise(0), noise(0, 4)],
         "tail": [noise(33), np.array([1.0, 2.0, np.inf], f32)],  # non-vector tail elements
     }

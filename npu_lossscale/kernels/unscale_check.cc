@@ -3,15 +3,18 @@
 // Why a kernel: TensorFlow's CPU ops cannot fuse the unscaling multiply with a reduction, so the
 // pure-TF path reads every gradient element twice (multiply, then check). Here each element is
 // read once, multiplied by 1/scale, written (in place when the input buffer can be forwarded) and
-// folded into two per-lane accumulators while still in a register.
+// folded into one running maximum while still in a register.
 //
 // The rule is the one npu_lossscale.overflow.overflow_status applies to the *unscaled* values
 // u = g * (1/scale), so both paths agree bit for bit:
 //   overflow iff some u is inf or NaN, or (saturation) float32(max|u| * scale) >= 65504.
 // Rounding is monotonic, so max|u| * scale reaches the threshold iff some |u| * scale does.
+//
+// The maximum is taken over the bit patterns of |u| as integers: for non-negative floats integer
+// order is magnitude order, and inf (0x7f800000) and every NaN sort above all finite values, so
+// one integer max per element answers both questions -- "any inf/NaN?" and "largest |u|?".
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -36,11 +39,16 @@ using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
 constexpr float kFp16Max = 65504.0f;
-// GCC/Clang vector extensions: portable SIMD (SSE2 on any x86-64, NEON on aarch64) without
-// -march flags, which a shared build cache must not assume.
-typedef float Vec __attribute__((vector_size(16)));
-typedef int32_t IVec __attribute__((vector_size(16)));
+// GCC/Clang vector extensions: 16 lanes, one AVX-512 register, or several narrower ones where
+// the CPU has less (the compiler splits the operations).
+typedef float Vec __attribute__((vector_size(64)));
+typedef int32_t IVec __attribute__((vector_size(64)));
 constexpr int kWidth = sizeof(Vec) / sizeof(float);
+#if defined(__x86_64__)
+#define NPU_LOSSSCALE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define NPU_LOSSSCALE_CLONES
+#endif
 // Below this many elements in total the work runs on the calling thread: a parallel dispatch
 // costs more than it saves.
 constexpr int64_t kParallelThreshold = 1 << 15;
@@ -62,47 +70,42 @@ REGISTER_OP("NpuUnscaleAndCheck")
       return Status();
     });
 
-struct Accumulator {
-  float nan_sum = 0.0f;  // sum of u - u: NaN iff some u was inf or NaN
-  float max_abs = 0.0f;  // max |u| over finite and infinite u (NaN compares false, never kept)
+// |u| as bits is below 2**31, so a signed compare orders it too (and is one instruction on SSE2).
+constexpr int32_t kAbsMask = 0x7fffffff;
+constexpr int32_t kInfBits = 0x7f800000;
 
-  void Merge(const Accumulator& other) {
-    nan_sum += other.nan_sum;
-    max_abs = std::max(max_abs, other.max_abs);
-  }
+// Bits of the largest |u| seen; >= kInfBits iff some u was inf or NaN.
+struct Accumulator {
+  int32_t max_abs_bits = 0;
+
+  void Merge(const Accumulator& other) { max_abs_bits = std::max(max_abs_bits, other.max_abs_bits); }
 };
 
-// Unscales one vector; u - u is NaN exactly for inf and NaN, and the sign bit is masked off for |u|.
-// Loading (memcpy) before storing keeps the forwarded case (src == dst) correct.
-inline void Step(const float* src, float* dst, Vec reciprocal, Vec& nan_acc, Vec& max_acc) {
-  Vec u;
-  std::memcpy(&u, src, sizeof(Vec));
-  u *= reciprocal;
-  std::memcpy(dst, &u, sizeof(Vec));
-  nan_acc += u - u;
-  const Vec a = reinterpret_cast<Vec>(reinterpret_cast<IVec>(u) & 0x7fffffff);
-  max_acc = max_acc < a ? a : max_acc;
-}
-
 // Unscales src[0, n) into dst and returns what it saw; branch-free so it stays vectorised.
+// On x86-64 it is compiled for AVX-512, AVX2 and the baseline, and the loader picks the one the
+// CPU runs (target clones): the cache directory may be shared between machines, so no -march.
+// Loading (memcpy) before storing keeps the forwarded case (src == dst) correct.
+NPU_LOSSSCALE_CLONES
 Accumulator UnscaleRange(const float* src, float* dst, int64_t n, float reciprocal) {
   const Vec r = Vec{} + reciprocal;
-  Vec nan0 = {}, nan1 = {}, max0 = {}, max1 = {};
+  IVec max_bits = {};
   int64_t i = 0;
-  for (; i + 2 * kWidth <= n; i += 2 * kWidth) {
-    Step(src + i, dst + i, r, nan0, max0);
-    Step(src + i + kWidth, dst + i + kWidth, r, nan1, max1);
+  for (; i + kWidth <= n; i += kWidth) {
+    Vec u;
+    std::memcpy(&u, src + i, sizeof(Vec));
+    u *= r;
+    std::memcpy(dst + i, &u, sizeof(Vec));
+    const IVec a = reinterpret_cast<IVec>(u) & kAbsMask;
+    max_bits = max_bits < a ? a : max_bits;
   }
   Accumulator acc;
+  for (int k = 0; k < kWidth; ++k) acc.max_abs_bits = std::max(acc.max_abs_bits, max_bits[k]);
   for (; i < n; ++i) {
     const float u = src[i] * reciprocal;
     dst[i] = u;
-    acc.nan_sum += u - u;
-    acc.max_abs = std::max(acc.max_abs, std::fabs(u));
-  }
-  for (int k = 0; k < kWidth; ++k) {
-    acc.nan_sum += nan0[k] + nan1[k];
-    acc.max_abs = std::max(acc.max_abs, std::max(max0[k], max1[k]));
+    int32_t bits;
+    std::memcpy(&bits, &u, sizeof(bits));
+    acc.max_abs_bits = std::max(acc.max_abs_bits, bits & kAbsMask);
   }
   return acc;
 }
@@ -158,7 +161,7 @@ class NpuUnscaleAndCheckOp : public OpKernel {
     } else {
       std::mutex mu;
       auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
-      // Cost per element in "cycles": one load, one multiply, one store, two vector updates.
+      // Cost per element in "cycles": one load, one multiply, one store, one running max.
       tensorflow::Shard(pool->num_threads, pool->workers, total, 4,
                         [&](int64_t begin, int64_t end) {
                           const Accumulator part = work(begin, end);
@@ -167,8 +170,12 @@ class NpuUnscaleAndCheckOp : public OpKernel {
                         });
     }
 
-    bool overflowed = !std::isfinite(result.nan_sum) || std::isinf(result.max_abs);
-    if (saturation_) overflowed = overflowed || result.max_abs * scale >= kFp16Max;
+    bool overflowed = result.max_abs_bits >= kInfBits;
+    if (saturation_ && !overflowed) {
+      float max_abs;
+      std::memcpy(&max_abs, &result.max_abs_bits, sizeof(max_abs));
+      overflowed = max_abs * scale >= kFp16Max;
+    }
     Tensor* status = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(n, TensorShape({}), &status));
     status->scalar<float>()() = overflowed ? 1.0f : 0.0f;
