@@ -294,11 +294,15 @@ def _print_messages(result: RunResult, quiet: bool) -> None:
                 )
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _summary_line(result: RunResult) -> str:
     changed = "changed" if result.mode != "diff" else "would change"
     return (
-        f"npu-migrate: {result.scanned} files scanned, {result.changed} {changed}, "
-        f"{result.warnings} warnings, {result.failed} failed ({result.seconds:.2f}s)"
+        f"npu-migrate: {_count(result.scanned, 'file')} scanned, {result.changed} {changed}, "
+        f"{_count(result.warnings, 'warning')}, {result.failed} failed ({result.seconds:.2f}s)"
     )
 
 

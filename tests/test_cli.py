@@ -27,10 +27,15 @@ PORTABLE = (
 )
 # Passes the byte pre-filter (mentions loss_scale) but has nothing to port.
 NOTHING_TO_PORT = b"# loss_scale is discussed here only\nx = 1\n"
+# Nothing to rewrite, one warning: the class is used as a value, not constructed.
+ONE_WARNING = (
+    b"import tensorflow as tf\n"
+    b"opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer\n"
+)
 BROKEN = b"import tensorflow as tf\ndef f(:\n    tf.contrib.mixed_precision\n"
 
 SUMMARY = re.compile(
-    r"^npu-migrate: (\d+) files scanned, (\d+) (?:would change|changed), (\d+) warnings, "
+    r"^npu-migrate: (\d+) files? scanned, (\d+) (?:would change|changed), (\d+) warnings?, "
     r"(\d+) failed \(\d+\.\d\ds\)$"
 )
 
@@ -132,6 +137,19 @@ def test_second_run_changes_nothing(tmp_path: Path) -> None:
     assert check.stdout == ""
     assert run_cli("--write", ".", cwd=tmp_path).returncode == 0
     assert snapshot(tmp_path) == after_first
+
+
+def test_summary_counts_read_as_english(tmp_path: Path) -> None:
+    one = make_tree(tmp_path / "one", {"a.py": ONE_WARNING})
+    proc = run_cli(one, cwd=tmp_path)
+    assert proc.stderr.splitlines()[-1].startswith(
+        "npu-migrate: 1 file scanned, 0 would change, 1 warning, 0 failed ("
+    )
+    two = make_tree(tmp_path / "two", {"a.py": PORTABLE, "b.py": PORTABLE})
+    proc = run_cli(two, cwd=tmp_path)
+    assert proc.stderr.splitlines()[-1].startswith(
+        "npu-migrate: 2 files scanned, 2 would change, 0 warnings, 0 failed ("
+    )
 
 
 def test_check_exit_codes(tmp_path: Path) -> None:
