@@ -167,9 +167,7 @@ def unscale_with_status(
         statuses.append(overflow_status(rest, mode, scale))
     for i, grad in enumerate(grads):
         if _fused_candidate(grad):
-            # One op per gradient, not one for the whole list: each starts as soon as its
-            # gradient exists, so unscaling overlaps the rest of the backward pass.
-            (result[i],), status = ops.npu_unscale_and_check([grad], scale, saturation=saturation)
+            result[i], status = ops.npu_unscale_and_check(grad, scale, saturation=saturation)
             statuses.append(status)
     status = statuses[0] if len(statuses) == 1 else tf.reduce_max(tf.stack(statuses))
     return result, status

@@ -104,13 +104,18 @@ def test_eager_fused_matches_pure_tf_and_the_rule(ops, mode, scale):
 
 
 def test_the_op_itself_is_used_and_reports_scalar_status(ops):
-    outputs, status = ops.npu_unscale_and_check(
-        [tf.constant([2.0, -4.0]), tf.constant([[65504.0]])], tf.constant(2.0), saturation=True
+    unscaled, status = ops.npu_unscale_and_check(
+        tf.constant([[2.0, -4.0], [65504.0, 0.5]]), tf.constant(2.0), saturation=True
     )
     assert status.shape == [] and status.dtype == tf.float32
     assert float(status) == 1.0  # |32752| * 2 == 65504
-    np.testing.assert_array_equal(outputs[0].numpy(), [1.0, -2.0])
-    np.testing.assert_array_equal(outputs[1].numpy(), [[32752.0]])
+    np.testing.assert_array_equal(unscaled.numpy(), [[1.0, -2.0], [32752.0, 0.25]])
+    _, status = ops.npu_unscale_and_check(
+        tf.constant([65504.0]), tf.constant(2.0), saturation=False
+    )
+    assert float(status) == 0.0  # finite, and INF_NAN ignores saturation
+    with pytest.raises(tf.errors.InvalidArgumentError, match="loss_scale must be a scalar"):
+        ops.npu_unscale_and_check(tf.constant([1.0]), tf.constant([2.0]), saturation=False)
 
 
 def test_denormal_results_match_pure_tf(ops):

@@ -1,4 +1,4 @@
-// NpuUnscaleAndCheck: divide float32 gradients by the loss scale and decide overflow in one pass.
+// NpuUnscaleAndCheck: divide a float32 gradient by the loss scale and decide overflow in one pass.
 //
 // Why a kernel: TensorFlow's CPU ops cannot fuse the unscaling multiply with a reduction, so the
 // pure-TF path reads every gradient element twice (multiply, then check). Here each element is
@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
-#include <vector>
 
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -28,7 +27,6 @@
 namespace npu_lossscale {
 
 using tensorflow::DEVICE_CPU;
-using tensorflow::OpInputList;
 using tensorflow::OpKernel;
 using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
@@ -49,24 +47,23 @@ constexpr int kWidth = sizeof(Vec) / sizeof(float);
 #else
 #define NPU_LOSSSCALE_CLONES
 #endif
-// Below this many elements in total the work runs on the calling thread: a parallel dispatch
+// Below this many elements the work runs on the calling thread: a parallel dispatch
 // costs more than it saves.
 constexpr int64_t kParallelThreshold = 1 << 15;
 
+// One gradient per op, not a list: each op starts as soon as its gradient exists, so unscaling
+// overlaps the rest of the backward pass.
 REGISTER_OP("NpuUnscaleAndCheck")
-    .Input("grads: N * float")
+    .Input("grad: float")
     .Input("loss_scale: float")
-    .Output("unscaled: N * float")
+    .Output("unscaled: float")
     .Output("status: float")
-    .Attr("N: int >= 1")
     .Attr("saturation: bool")
     .SetShapeFn([](InferenceContext* c) {
-      int n = 0;
-      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
       ShapeHandle scalar;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(n), 0, &scalar));
-      for (int i = 0; i < n; ++i) c->set_output(i, c->input(i));
-      c->set_output(n, c->Scalar());
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &scalar));
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->Scalar());
       return Status();
     });
 
@@ -117,54 +114,30 @@ class NpuUnscaleAndCheckOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
-    const int n = num_inputs() - 1;
-    const Tensor& scale_tensor = ctx->input(n);
+    const Tensor& grad = ctx->input(0);
+    const Tensor& scale_tensor = ctx->input(1);
     OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(scale_tensor.shape()),
                 tensorflow::errors::InvalidArgument("loss_scale must be a scalar, got shape ",
                                                     scale_tensor.shape().DebugString()));
     const float scale = scale_tensor.scalar<float>()();
     const float reciprocal = 1.0f / scale;
-
-    std::vector<const float*> src(n);
-    std::vector<float*> dst(n);
-    std::vector<int64_t> start(n + 1, 0);
-    for (int i = 0; i < n; ++i) {
-      const Tensor& in = ctx->input(i);
-      Tensor* out = nullptr;
-      OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({i}, i, in.shape(), &out));
-      src[i] = in.flat<float>().data();
-      dst[i] = out->flat<float>().data();
-      start[i + 1] = start[i] + in.NumElements();
-    }
-    const int64_t total = start[n];
-
-    // Unscales the global element range [begin, end), which may span several tensors.
-    auto work = [&](int64_t begin, int64_t end) {
-      Accumulator acc;
-      int t = static_cast<int>(std::upper_bound(start.begin(), start.end(), begin) -
-                               start.begin()) - 1;
-      while (begin < end && t < n) {
-        const int64_t stop = std::min(end, start[t + 1]);
-        if (stop > begin) {
-          const int64_t off = begin - start[t];
-          acc.Merge(UnscaleRange(src[t] + off, dst[t] + off, stop - begin, reciprocal));
-        }
-        begin = stop;
-        ++t;
-      }
-      return acc;
-    };
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, grad.shape(), &out));
+    const float* src = grad.flat<float>().data();
+    float* dst = out->flat<float>().data();
+    const int64_t total = grad.NumElements();
 
     Accumulator result;
     if (total < kParallelThreshold) {
-      result = work(0, total);
+      result = UnscaleRange(src, dst, total, reciprocal);
     } else {
       std::mutex mu;
       auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
       // Cost per element in "cycles": one load, one multiply, one store, one running max.
       tensorflow::Shard(pool->num_threads, pool->workers, total, 4,
                         [&](int64_t begin, int64_t end) {
-                          const Accumulator part = work(begin, end);
+                          const Accumulator part =
+                              UnscaleRange(src + begin, dst + begin, end - begin, reciprocal);
                           std::lock_guard<std::mutex> lock(mu);
                           result.Merge(part);
                         });
@@ -177,7 +150,7 @@ class NpuUnscaleAndCheckOp : public OpKernel {
       overflowed = max_abs * scale >= kFp16Max;
     }
     Tensor* status = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(n, TensorShape({}), &status));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &status));
     status->scalar<float>()() = overflowed ? 1.0f : 0.0f;
   }
 
