@@ -2,8 +2,9 @@
 
 One graph-mode model (a few million parameters, small batch, so the optimizer's per-element work
 dominates the step) is trained with the same inner tf.compat.v1.train.AdamOptimizer under each
-configuration. Runs are interleaved round-robin so that load from other processes hits all
-configurations alike; the figure of merit is a ratio of medians:
+configuration. Runs are interleaved round-robin, each round starting one configuration later, so
+that load from other processes hits all configurations alike; the figure of merit is a ratio of
+medians:
 
     (ours - bare) / (TensorFlow's MixedPrecisionLossScaleOptimizer(opt, "dynamic") - bare)
 
@@ -23,7 +24,9 @@ unscales and checks in one pass that costs what the multiply alone does.
 
 Because the machine is shared, each round's overheads are taken against the bare run of the same
 round; the ratio printed is the median of ours over the median of TensorFlow's, and the quartiles
-of the per-round ratios show how much the machine moved it.
+of the per-round ratios show how much the machine moved it. The per-round ratios spread widely on
+a busy 2-core machine, so the default takes 120 rounds (about two and a half minutes) for a median
+that moves little from run to run.
 
     .venv/bin/python benchmarks/overhead.py [--steps N] [--rounds N] [--width N] [--batch N]
 """
@@ -144,7 +147,7 @@ def time_steps(session, train_op, steps: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="steps per timed run")
-    parser.add_argument("--rounds", type=int, default=60, help="round-robin rounds")
+    parser.add_argument("--rounds", type=int, default=120, help="round-robin rounds")
     parser.add_argument("--width", type=int, default=1024, help="hidden layer width")
     parser.add_argument("--depth", type=int, default=3, help="hidden layers")
     parser.add_argument("--batch", type=int, default=8, help="batch size")
@@ -164,8 +167,10 @@ def main() -> None:
     for session, train_op, _ in built.values():
         time_steps(session, train_op, 5)  # warm-up: graph optimisation, allocations
     samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
-    for _ in range(args.rounds):
-        for config in CONFIGS:
+    for round_ in range(args.rounds):
+        # Each round starts one configuration later, so none always runs right after bare.
+        shift = round_ % len(CONFIGS)
+        for config in CONFIGS[shift:] + CONFIGS[:shift]:
             session, train_op, _ = built[config]
             samples[config].append(time_steps(session, train_op, args.steps))
 
