@@ -1,7 +1,8 @@
 """Loss-scale managers: hold the loss scale and decide how it moves after each training step.
 
-Names, positional signatures and variable names follow the Ascend TensorFlow adapter (and
-tf.contrib.mixed_precision before it), so a ported script and its checkpoints keep working; every
+Names and positional signatures follow the Ascend TensorFlow adapter (and
+tf.contrib.mixed_precision before it), and so does what a script can reach by name: the scale as
+the float tensor 'loss_scale:0', the counters as the variables good_steps and bad_steps. Every
 extra is keyword-only and off by default.
 """
 
@@ -19,10 +20,14 @@ from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
-# Variable names. "loss_scale" is what the vendor FAQ fetches ('loss_scale:0'); "good_steps" and
-# "bad_steps" (int32) are the names tf.contrib used, so a checkpoint written by the original GPU
-# script restores into the ported one.
-SCALE_VAR_NAME = "loss_scale"
+# Graph names. 'loss_scale:0' is what the vendor FAQ's logging hook (and NVIDIA's BERT) fetches,
+# and there it is a float: tf.contrib's scale was a reference variable of that name. Ours is a
+# resource variable, whose own op yields a handle, so the variable takes TensorFlow's name for it
+# (tf.train.experimental.DynamicLossScale's) and a read of it takes the name "loss_scale".
+# "good_steps" and "bad_steps" (int32) are tf.contrib's names, kept so that a checkpoint written by
+# the original GPU script maps onto the ported one name for name, the scale aside.
+SCALE_TENSOR_NAME = "loss_scale"
+SCALE_VAR_NAME = "current_loss_scale"
 GOOD_STEPS_VAR_NAME = "good_steps"
 BAD_STEPS_VAR_NAME = "bad_steps"
 SKIPPED_STEPS_VAR_NAME = "loss_scale_skipped_steps"
@@ -66,8 +71,8 @@ def _state_variable(initial_value: object, dtype: tf.DType, name: str) -> tf.Var
     tf.init_scope drops any enclosing tf.control_dependencies (the vendor warns that building the
     manager inside one misorders the graph) and lifts creation out of a tf.function. Resource
     variables, not TF1 reference variables, because TF2's functional tf.cond/while_loop (used
-    in tf.compat.v1 graphs too) cannot assign to reference variables inside a branch. The cost:
-    fetching 'loss_scale:0' by name yields the resource handle, not the value.
+    in tf.compat.v1 graphs too) cannot assign to reference variables inside a branch, and on
+    Ascend the train op usually runs inside such a loop (iterations_per_loop).
     """
     with tf.init_scope():
         variable = tf.Variable(
@@ -78,6 +83,21 @@ def _state_variable(initial_value: object, dtype: tf.DType, name: str) -> tf.Var
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
     return variable
+
+
+def _scale_tensor_for_fetching(scale: tf.Variable | float) -> tf.Tensor | None:
+    """In a graph, the scale's value under the name 'loss_scale:0' that vendor scripts fetch.
+
+    Nothing in the step depends on a variable's read, so it costs nothing unless fetched; fetched
+    alongside a train op it reads the scale at an unspecified point of the step, as fetching
+    tf.contrib's reference variable did. None when running eagerly (no names to fetch by).
+    """
+    with tf.init_scope():
+        if tf.executing_eagerly():
+            return None
+        if isinstance(scale, tf.Variable):
+            return tf.identity(scale.read_value(), name=SCALE_TENSOR_NAME)
+        return tf.constant(scale, dtype=tf.float32, name=SCALE_TENSOR_NAME)
 
 
 class LossScaleManager(tf.Module, abc.ABC):
@@ -148,13 +168,7 @@ class FixedLossScaleManager(LossScaleManager):
             )
         super().__init__(overflow_mode)
         self.enable_overflow_check = enable_overflow_check
-        self._graph_scale: tf.Tensor | None = None
-        with tf.init_scope():
-            if not tf.executing_eagerly():
-                # Named like the vendor's tensor so fetching 'loss_scale:0' keeps working.
-                self._graph_scale = tf.constant(
-                    self._loss_scale_value, dtype=tf.float32, name=SCALE_VAR_NAME
-                )
+        self._graph_scale = _scale_tensor_for_fetching(self._loss_scale_value)
 
     def get_loss_scale(self) -> tf.Tensor:
         graph_scale = self._graph_scale
@@ -229,6 +243,7 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         self._good_steps = _state_variable(0, tf.int32, GOOD_STEPS_VAR_NAME)
         self._bad_steps = _state_variable(0, tf.int32, BAD_STEPS_VAR_NAME)
         self._skips_at_floor = _state_variable(0, tf.int64, FLOOR_SKIPS_VAR_NAME)
+        _scale_tensor_for_fetching(self._loss_scale)
 
     @property
     def variables(self) -> list[tf.Variable]:

@@ -255,7 +255,7 @@ def test_variables_are_non_trainable_globals_with_stable_names():
         names = sorted(v.op.name for v in manager.variables)
         assert names == sorted(
             [
-                "loss_scale",
+                "current_loss_scale",
                 "good_steps",
                 "bad_steps",
                 "loss_scale_skipped_steps",
@@ -327,7 +327,7 @@ def test_saver_round_trip_continues_from_restored_state(tmp_path):
             saver.save(sess, path)
 
     saved_keys = dict(tf.train.list_variables(path))
-    for key in ("loss_scale", "good_steps", "bad_steps", "loss_scale_skipped_steps"):
+    for key in ("current_loss_scale", "good_steps", "bad_steps", "loss_scale_skipped_steps"):
         assert key in saved_keys
 
     g2 = tf.Graph()
@@ -344,6 +344,76 @@ def test_saver_round_trip_continues_from_restored_state(tmp_path):
                 state = reference_step(state, step, **hyper)
                 sess.run(update, {finite: step})
                 _assert_state(sess.run(_state_vars(manager)), state, f"restored step {i}")
+
+
+class _VendorFaqHook(tf.compat.v1.train.SessionRunHook):
+    """The logging hook of the vendor's migration FAQ (and NVIDIA's BERT), as written there."""
+
+    def __init__(self) -> None:
+        self.printed: list[str] = []
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(fetches=["loss_scale:0"])
+
+    def after_run(self, run_context, run_values):
+        # %d, as the FAQ has it: it rejects a handle (a numpy object array) where str() would not.
+        self.printed.append("loss scale value=%d" % run_values.results[0])  # noqa: UP031
+
+
+def test_vendor_faq_hook_fetches_the_scale_by_name():
+    # tf.contrib's scale was a reference variable named loss_scale, so 'loss_scale:0' was its
+    # value; the hook must print the scale, not fail on a resource handle.
+    g = tf.Graph()
+    with g.as_default():
+        manager = ExponentialUpdateLossScaleManager(64, 2, 1, decr_ratio=0.5)
+        finite = tf.compat.v1.placeholder(tf.bool, [])
+        update = manager.update_loss_scale(finite)
+        hook = _VendorFaqHook()
+        steps = [False, False, True, True, True]
+        scales = []
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as sess:
+            for step in steps:
+                sess.run(update, {finite: step})
+                scales.append(sess.run("loss_scale:0"))
+    # 64 halves twice on overflow, then doubles after every second clean step.
+    assert scales == [32.0, 16.0, 16.0, 32.0, 32.0]
+    assert len(hook.printed) == 2 * len(steps)
+    assert set(hook.printed) <= {f"loss scale value={s:.0f}" for s in [64.0, *scales]}
+    assert hook.printed[-1] == "loss scale value=32"
+
+
+def test_gpu_checkpoint_restores_with_a_name_map(tmp_path):
+    # What the original GPU script saved: tf.contrib's reference variables loss_scale, good_steps
+    # and bad_steps, next to the model. The README's recipe maps those names onto the port's.
+    path = str(tmp_path / "gpu.ckpt")
+    gpu = tf.Graph()
+    with gpu.as_default():
+        weights = tf.compat.v1.get_variable("w", initializer=[1.5, -2.0], use_resource=False)
+        contrib_state = [
+            tf.compat.v1.Variable(value, name=name, trainable=False, use_resource=False)
+            for name, value in (("loss_scale", 4096.0), ("good_steps", 7), ("bad_steps", 1))
+        ]
+        with tf.compat.v1.Session(graph=gpu) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            tf.compat.v1.train.Saver([weights, *contrib_state]).save(sess, path)
+
+    ported = tf.Graph()
+    with ported.as_default():
+        weights = tf.compat.v1.get_variable("w", initializer=[0.0, 0.0])
+        manager = ExponentialUpdateLossScaleManager(2**32, 1000)
+        # The recipe, as in the README:
+        names = {
+            v.op.name: v
+            for v in tf.compat.v1.global_variables()
+            if not v.op.name.startswith("loss_scale_")  # counters the GPU run did not have
+        }
+        names["loss_scale"] = names.pop("current_loss_scale")
+        with tf.compat.v1.Session(graph=ported) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            tf.compat.v1.train.Saver(names).restore(sess, path)
+            assert sess.run(weights).tolist() == [1.5, -2.0]
+            assert sess.run(_state_vars(manager)[:3]) == [4096.0, 7, 1]
+            assert sess.run("loss_scale:0") == 4096.0
 
 
 def test_tf_train_checkpoint_round_trip(tmp_path):
