@@ -197,19 +197,30 @@ class StatusStash:
 
     In a graph the table maps tensor *names* (unique per graph) to status tensor names, per graph
     and weakly keyed, so it holds no tensor and dies with its graph; threads building replicas of
-    one graph (MirroredStrategy) each find their own tensors. Eagerly only the latest entry is
-    kept, matched by identity: there is no graph to trace derived tensors through.
+    one graph (MirroredStrategy) each find their own tensors.
+
+    Eagerly there is no graph to trace derived tensors through, only time: every backward pass
+    since the last apply_gradients is pending, and the next apply_gradients takes them all
+    (``find`` consumes them). Its gradients are then taken to come from those passes -- clipped,
+    or summed over micro-batches, where a saturated element can shrink or cancel out -- so their
+    statuses count, and gradients that are not the very tensors returned are checked again as
+    well. Pending passes are kept per thread, as an eager strategy runs each replica in a thread.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._eager: tuple[frozenset, tf.Tensor] | None = None
+        self._eager = threading.local()
 
     def put(self, grads: Sequence[Gradient], status: tf.Tensor) -> None:
         values = [gradient_values(g) for g in grads if g is not None]
         if tf.executing_eagerly():
-            self._eager = (frozenset(v.ref() for v in values), status)
+            keys = frozenset(v.ref() for v in values)
+            pending = getattr(self._eager, "pending", None)
+            if pending is not None:
+                keys |= pending[0]
+                status = tf.maximum(pending[1], status)
+            self._eager.pending = (keys, status)
             return
         with self._lock:
             table = self._tables.setdefault(status.graph, {})
@@ -217,6 +228,7 @@ class StatusStash:
                 table[value.name] = status.name
 
     def find(self, grads: Sequence[Gradient]) -> StashLookup:
+        """The statuses ``grads`` answer to; eagerly this also takes the pending passes."""
         present = [g for g in grads if g is not None]
         if tf.executing_eagerly():
             return self._find_eager(present)
@@ -242,11 +254,15 @@ class StatusStash:
         return StashLookup(statuses, derived, foreign)
 
     def _find_eager(self, present: list[Gradient]) -> StashLookup:
-        if self._eager is not None and present:
-            keys, status = self._eager
-            if all(gradient_values(g).ref() in keys for g in present):
-                return StashLookup([status], [], [])
-        return StashLookup([], [], present)
+        pending = getattr(self._eager, "pending", None)
+        self._eager.pending = None
+        if pending is None:
+            return StashLookup([], [], present)
+        keys, status = pending
+        if all(gradient_values(g).ref() in keys for g in present):
+            return StashLookup([status], [], [])
+        # How they were made is unknown, so both: the passes' status and a check under the mode.
+        return StashLookup([status], [], present)
 
 
 class _AncestorSearch:

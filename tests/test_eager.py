@@ -95,3 +95,38 @@ def test_foreign_gradients_are_checked_under_the_mode():
     assert int(step.numpy()) == 0
     opt.apply_gradients([(tf.constant([0.0, 1.0, 0.0]), w)], global_step=step)
     assert int(step.numpy()) == 1
+
+
+def unscaled_grad(opt, w, k):
+    with tf.GradientTape() as tape:
+        scaled = opt.get_scaled_loss(k * tf.reduce_sum(w * w))
+    (grad,) = opt.get_unscaled_gradients([tape.gradient(scaled, w)])
+    return grad
+
+
+def test_eager_clipping_cannot_hide_a_saturated_backward_pass():
+    # k = 20 saturates w[2]'s scaled gradient (122880); clipping the unscaled gradient to norm 1
+    # brings every element far below 65504 / 1024, so only the backward pass knows.
+    w, step, opt = make("saturation")
+    grad = unscaled_grad(opt, w, tf.constant(20.0))
+    (clipped,), _ = tf.clip_by_global_norm([grad], 1.0)
+    before = w.numpy().copy()
+    opt.apply_gradients([(clipped, w)], global_step=step)
+    np.testing.assert_array_equal(w.numpy(), before)
+    assert int(step.numpy()) == 0 and int(opt.skipped_steps.numpy()) == 1
+    # The skipped pass was taken by that apply: the next clean, clipped step is applied.
+    (clipped,), _ = tf.clip_by_global_norm([unscaled_grad(opt, w, tf.constant(1.0))], 1.0)
+    opt.apply_gradients([(clipped, w)], global_step=step)
+    assert int(step.numpy()) == 1 and int(opt.skipped_steps.numpy()) == 1
+
+
+def test_eager_accumulated_micro_batches_keep_each_pass_status():
+    # Two micro-batches whose saturated elements cancel in the sum: the sum alone looks clean.
+    w, step, opt = make("saturation")
+    total = unscaled_grad(opt, w, tf.constant(20.0)) + unscaled_grad(opt, w, tf.constant(-20.0))
+    np.testing.assert_array_equal(total.numpy(), [0.0, 0.0, 0.0])
+    opt.apply_gradients([(total, w)], global_step=step)
+    assert int(step.numpy()) == 0 and int(opt.skipped_steps.numpy()) == 1
+    total = unscaled_grad(opt, w, tf.constant(1.0)) + unscaled_grad(opt, w, tf.constant(2.0))
+    opt.apply_gradients([(total, w)], global_step=step)
+    assert int(step.numpy()) == 1

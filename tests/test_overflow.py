@@ -145,10 +145,17 @@ def test_stash_finds_returned_derived_and_foreign_gradients_in_a_graph():
         assert foreign.statuses == [] and foreign.foreign == [other]
 
 
-def test_stash_eagerly_keeps_only_the_latest_entry():
+def test_stash_eagerly_answers_for_every_pass_since_the_last_find():
     stash = overflow.StatusStash()
-    first, second = [tf.ones([2])], [tf.ones([2])]
+    first, second, other = [tf.ones([2])], [tf.ones([2])], [tf.ones([2])]
     stash.put(first, tf.constant(1.0))
     stash.put(second, tf.constant(0.0))
-    assert [float(s) for s in stash.find(second).statuses] == [0.0]
-    assert stash.find(first).foreign == first
+    # The second pass's own tensors still answer for the first, overflowed pass.
+    found = stash.find(second)
+    assert [float(s) for s in found.statuses] == [1.0] and found.foreign == []
+    # That find took both passes: nothing is pending any more.
+    assert stash.find(second) == overflow.StashLookup([], [], second)
+    stash.put(first, tf.constant(0.0))
+    # Tensors that are not the ones returned: the pending status, and checked again.
+    found = stash.find(other)
+    assert [float(s) for s in found.statuses] == [0.0] and found.foreign == other
