@@ -23,10 +23,10 @@ that by unscaling faster than TensorFlow multiplies; ours lands about on it, bec
 unscales and checks in one pass that costs what the multiply alone does.
 
 Because the machine is shared, each round's overheads are taken against the bare run of the same
-round; the ratio printed is the median of ours over the median of TensorFlow's, and the quartiles
-of the per-round ratios show how much the machine moved it. The per-round ratios spread widely on
-a busy 2-core machine, so the default takes 120 rounds (about two and a half minutes) for a median
-that moves little from run to run.
+round; the ratio printed is the median of ours over the median of TensorFlow's, with a 95%
+bootstrap interval over rounds that shows how much this run's noise could have moved it. The
+per-round figures spread widely on a busy 2-core machine, so the default takes 120 rounds (about
+two and a half minutes).
 
     .venv/bin/python benchmarks/overhead.py [--steps N] [--rounds N] [--width N] [--batch N]
 """
@@ -184,14 +184,23 @@ def main() -> None:
     tf_overheads = overheads("tensorflow")
     print(f"  TensorFlow's overhead over bare: {statistics.median(tf_overheads) * 1e3:.3f} ms/step")
 
+    resamples = np.random.default_rng(0).integers(0, args.rounds, (2000, args.rounds))
+
     def summary(config: str) -> str:
-        """Median overhead, its ratio to TensorFlow's, and the quartiles of per-round ratios."""
-        ours = overheads(config)
-        ratio = statistics.median(ours) / statistics.median(tf_overheads)
-        low, _, high = statistics.quantiles([o / t for o, t in zip(ours, tf_overheads)], n=4)
+        """Median overhead, its ratio to TensorFlow's, and a 95% interval for that ratio.
+
+        The interval resamples whole rounds (ours and TensorFlow's from the same rounds), so it
+        says how far this run's noise could have moved the ratio: a target is met with confidence
+        only when the interval's upper end is below it.
+        """
+        ours = np.array(overheads(config))
+        theirs = np.array(tf_overheads)
+        ratio = np.median(ours) / np.median(theirs)
+        spread = np.median(ours[resamples], axis=1) / np.median(theirs[resamples], axis=1)
+        low, high = np.percentile(spread, [2.5, 97.5])
         return (
-            f"overhead {statistics.median(ours) * 1e3:6.3f} ms/step, "
-            f"ratio to TensorFlow's {ratio:.2f} (per round {low:.2f}-{high:.2f})"
+            f"overhead {np.median(ours) * 1e3:6.3f} ms/step, "
+            f"ratio to TensorFlow's {ratio:.2f} (95% interval {low:.2f}-{high:.2f})"
         )
 
     print(f"  floor: unscale only, no check, no skip   {summary('unscale-only')}")
