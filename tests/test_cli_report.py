@@ -152,3 +152,42 @@ def test_unwritable_report_path_is_an_error_after_the_run(tmp_path: Path) -> Non
     assert proc.returncode == 123
     assert "blocker/r.json: error: cannot write report" in proc.stderr
     assert "+++ b/train.py" in proc.stdout
+
+
+# Each source: where the port puts its import, and the (line, message end) a reviewer must see.
+IMPORT_PLACEMENTS = {
+    "after_imports.py": (
+        b'"""Doc."""\nimport os\nimport tensorflow as tf\n\n'
+        b"m = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n",
+        [(3, "after the statement on this line")],
+    ),
+    "merged.py": (
+        b"import tensorflow as tf\nfrom npu_lossscale import NPULossScaleOptimizer\n\n"
+        b"m = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n",
+        [(2, "adds FixedLossScaleManager to this npu_lossscale import")],
+    ),
+    "in_functions.py": (
+        b"def a():\n    import tensorflow as tf\n"
+        b"    return tf.contrib.mixed_precision.FixedLossScaleManager(128)\n\n\n"
+        b"def b():\n    x = 1\n    import tensorflow as tf\n"
+        b"    return tf.contrib.mixed_precision.FixedLossScaleManager(x)\n",
+        [(2, "after the statement on this line"), (8, "after the statement on this line")],
+    ),
+}
+
+
+def test_import_change_points_at_where_the_import_goes(tmp_path: Path) -> None:
+    for name, (source, _) in IMPORT_PLACEMENTS.items():
+        (tmp_path / name).write_bytes(source)
+    proc = run_cli(".", "--report", "r.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    for name, (_, expected) in IMPORT_PLACEMENTS.items():
+        found = sorted(
+            (f["line"], f["message"])
+            for f in report["findings"]
+            if f["path"] == name and f["rule"] == "npu-import"
+        )
+        assert [line for line, _ in found] == [line for line, _ in expected], name
+        for (_, message), (_, end) in zip(found, expected):
+            assert message.endswith(end), (name, message)

@@ -190,17 +190,22 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self.names = names
         top_level = [i for i in self.npu_imports if self.parent(self.parent(i)) is original_node]
         self.imports = plan_imports(original_node, self.sites, names, top_level, self.parent)
-        if self.imports.merge or self.imports.after or self.imports.before:
-            used = {t for s in self.sites for t in s.targets}
-            needed = ", ".join(t if names[t] == t else f"{t} as {names[t]}" for t in sorted(used))
-            self.findings.append(
-                Finding(
-                    self.path,
-                    self.line(self.sites[0].node),
-                    "npu-import",
-                    f"imports {needed} from {api.LIBRARY}",
-                )
-            )
+        self._report_imports(original_node)
+
+    def _report_imports(self, module: cst.Module) -> None:
+        """One change per import touched, on the line a reviewer finds it at."""
+        placed = [
+            *((anchor, lines, "after") for anchor, lines in self.imports.after.items()),
+            *((anchor, lines, "before") for anchor, lines in self.imports.before.items()),
+        ]
+        for anchor, lines, where in placed:
+            for line in lines:
+                code = module.code_for_node(line).strip()
+                message = f"adds `{code}` {where} the statement on this line"
+                self._change(anchor, "npu-import", message)
+        for existing, pairs in self.imports.merge.items():
+            added = ", ".join(n if n == local else f"{n} as {local}" for n, local in pairs)
+            self._change(existing, "npu-import", f"adds {added} to this {api.LIBRARY} import")
 
     def _local_names(self) -> dict[str, str] | None:
         scopes = {id(s): s for s in [self._global, *(self.scope(x.node) for x in self.sites)] if s}
