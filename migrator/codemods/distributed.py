@@ -12,9 +12,22 @@ import dataclasses
 from collections.abc import Callable
 
 import libcst as cst
-from libcst.metadata import Assignment, Scope
+from libcst.metadata import Assignment, FunctionScope, Scope
 
 from migrator.codemods.api import is_horovod_module
+
+# Attributes only Horovod's module has. A function parameter used with one of them is Horovod
+# handed in (NVIDIA's BERT: `create_optimizer(..., hvd=None)`), which no import resolves.
+_HOROVOD_ONLY_ATTRIBUTES = frozenset(
+    {
+        "DistributedOptimizer",
+        "DistributedGradientTape",
+        "BroadcastGlobalVariablesHook",
+        "broadcast_global_variables",
+        "allreduce",
+        "allgather",
+    }
+)
 
 Canonical = Callable[[cst.CSTNode], "str | None"]
 Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
@@ -116,3 +129,38 @@ def is_distributed_value(
             return expr, f"the file trains with Horovod ({alias}.size() > 1 at run time)"
     reason = "Horovod" if facts.horovod_imported else "a tf.distribute strategy"
     return cst.Name("True"), f"the file trains with {reason}"
+
+
+def horovod_parameter(
+    scope: Scope | None, parent: Parent
+) -> tuple[cst.BaseExpression, str] | None:
+    """`is_distributed=` for an optimizer built in a function that is handed Horovod.
+
+    Such a function (NVIDIA's BERT `create_optimizer(..., hvd=None)`) gets None, or Horovod on a
+    single worker, when training on one device, so the value is the run-time test
+    `hvd is not None and hvd.size() > 1` (`is not None` only where the default is None).
+    """
+    while scope is not None and not isinstance(scope, FunctionScope):
+        scope = getattr(scope, "parent", None)
+    if scope is None or not isinstance(scope.node, cst.FunctionDef):
+        return None
+    params = scope.node.params
+    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+        name = param.name.value
+        assignments = list(scope[name]) if name in scope else []
+        if len(assignments) != 1 or assignments[0].node is not param:
+            continue
+        used = sorted(
+            attribute.attr.value
+            for access in assignments[0].references
+            if isinstance(attribute := parent(access.node), cst.Attribute)
+            and attribute.value is access.node
+            and attribute.attr.value in _HOROVOD_ONLY_ATTRIBUTES
+        )
+        if not used:
+            continue
+        optional = isinstance(param.default, cst.Name) and param.default.value == "None"
+        test = f"{name} is not None and {name}.size() > 1" if optional else f"{name}.size() > 1"
+        why = f"the parameter `{name}` is used as Horovod (`{name}.{used[0]}`): true at run time"
+        return cst.parse_expression(test), f"{why} only on several workers"
+    return None

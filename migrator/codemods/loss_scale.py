@@ -24,7 +24,12 @@ from migrator.codemods import api
 from migrator.codemods import arguments as args_
 from migrator.codemods.api import Kind
 from migrator.codemods.control_deps import control_deps_decision
-from migrator.codemods.distributed import DistributedFacts, is_distributed_value, is_size_test
+from migrator.codemods.distributed import (
+    DistributedFacts,
+    horovod_parameter,
+    is_distributed_value,
+    is_size_test,
+)
 from migrator.codemods.imports import ImportPlan, plan_imports
 from migrator.codemods.lines import LineProvider, start_line
 from migrator.codemods.parents import ParentProvider
@@ -515,7 +520,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if self.distributed == "always":
             return cst.Name("True"), "--distributed always"
         if not self.facts.trains_distributed:
-            return None, ""
+            return horovod_parameter(self.scope(call), self.parent) or (None, "")
         return is_distributed_value(
             call, self.facts, parent=self.parent, canonical=self.canonical, scope=self.scope(call)
         )
