@@ -203,8 +203,9 @@ class StatusStash:
     since the last apply_gradients is pending, and the next apply_gradients takes them all
     (``find`` consumes them). Its gradients are then taken to come from those passes -- clipped,
     or summed over micro-batches, where a saturated element can shrink or cancel out -- so their
-    statuses count, and gradients that are not the very tensors returned are checked again as
-    well. Pending passes are kept per thread, as an eager strategy runs each replica in a thread.
+    statuses count, and gradients that are not the very tensors the latest pass returned are
+    checked again as well. Pending passes are kept per thread, as an eager strategy runs each
+    replica in a thread.
     """
 
     def __init__(self) -> None:
@@ -215,12 +216,12 @@ class StatusStash:
     def put(self, grads: Sequence[Gradient], status: tf.Tensor) -> None:
         values = [gradient_values(g) for g in grads if g is not None]
         if tf.executing_eagerly():
-            keys = frozenset(v.ref() for v in values)
+            # Only the latest pass's tensors are kept (for the exact match), so a loop that never
+            # calls apply_gradients holds one step's gradients, not all of them.
             pending = getattr(self._eager, "pending", None)
             if pending is not None:
-                keys |= pending[0]
                 status = tf.maximum(pending[1], status)
-            self._eager.pending = (keys, status)
+            self._eager.pending = (frozenset(v.ref() for v in values), status)
             return
         with self._lock:
             table = self._tables.setdefault(status.graph, {})

@@ -159,3 +159,7 @@ def test_stash_eagerly_answers_for_every_pass_since_the_last_find():
     # Tensors that are not the ones returned: the pending status, and checked again.
     found = stash.find(other)
     assert [float(s) for s in found.statuses] == [0.0] and found.foreign == other
+    # Only the latest pass's tensors are held: an earlier pass's count as not returned.
+    stash.put(first, tf.constant(0.0))
+    stash.put(second, tf.constant(0.0))
+    assert stash.find(first).foreign == first
