@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable
 
 import libcst as cst
-from libcst.metadata import Assignment, FunctionScope, Scope
+from libcst.metadata import Assignment, ClassScope, ComprehensionScope, FunctionScope, Scope
 
 from migrator.codemods.api import is_horovod_module
 
@@ -140,9 +140,10 @@ def horovod_parameter(
     single worker, when training on one device, so the value is the run-time test
     `hvd is not None and hvd.size() > 1` (`is not None` only where the default is None).
     """
-    while scope is not None and not isinstance(scope, FunctionScope):
-        scope = getattr(scope, "parent", None)
-    if scope is None or not isinstance(scope.node, cst.FunctionDef):
+    # Out of comprehensions and class bodies to the function; the global scope ends the search.
+    while isinstance(scope, (ComprehensionScope, ClassScope)):
+        scope = scope.parent
+    if not isinstance(scope, FunctionScope) or not isinstance(scope.node, cst.FunctionDef):
         return None
     params = scope.node.params
     for param in (*params.posonly_params, *params.params, *params.kwonly_params):
