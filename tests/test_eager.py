@@ -19,12 +19,15 @@ def make(mode: str, scale: float = 1024.0):
     return w, step, opt
 
 
-def tape_step(w, step, opt, k):
+def unscaled_grad(opt, w, k):
     with tf.GradientTape() as tape:
-        loss = k * tf.reduce_sum(w * w)
-        scaled = opt.get_scaled_loss(loss)
-    scaled_grad = tape.gradient(scaled, w)
-    (grad,) = opt.get_unscaled_gradients([scaled_grad])
+        scaled = opt.get_scaled_loss(k * tf.reduce_sum(w * w))
+    (grad,) = opt.get_unscaled_gradients([tape.gradient(scaled, w)])
+    return grad
+
+
+def tape_step(w, step, opt, k):
+    grad = unscaled_grad(opt, w, k)
     opt.apply_gradients([(grad, w)], global_step=step)
     return grad
 
@@ -95,13 +98,6 @@ def test_foreign_gradients_are_checked_under_the_mode():
     assert int(step.numpy()) == 0
     opt.apply_gradients([(tf.constant([0.0, 1.0, 0.0]), w)], global_step=step)
     assert int(step.numpy()) == 1
-
-
-def unscaled_grad(opt, w, k):
-    with tf.GradientTape() as tape:
-        scaled = opt.get_scaled_loss(k * tf.reduce_sum(w * w))
-    (grad,) = opt.get_unscaled_gradients([tape.gradient(scaled, w)])
-    return grad
 
 
 def test_eager_clipping_cannot_hide_a_saturated_backward_pass():
