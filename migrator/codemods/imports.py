@@ -36,10 +36,15 @@ class ImportPlan:
     merge: dict[cst.ImportFrom, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
 
 
+def imported_names(names: Sequence[tuple[str, str]]) -> str:
+    """`A, B as C` for (class, local name) pairs, in the order given."""
+    return ", ".join(n if n == local else f"{n} as {local}" for n, local in names)
+
+
 def import_line(names: Sequence[tuple[str, str]]) -> cst.SimpleStatementLine:
     """`from npu_lossscale import A, B as C` for (class, local name) pairs, sorted by class."""
-    parts = [n if n == local else f"{n} as {local}" for n, local in sorted(set(names))]
-    return cst.parse_statement(f"from {LIBRARY} import {', '.join(parts)}\n")  # type: ignore[return-value]
+    listed = imported_names(sorted(set(names)))
+    return cst.parse_statement(f"from {LIBRARY} import {listed}\n")  # type: ignore[return-value]
 
 
 def _child_of(node: cst.CSTNode, block: cst.CSTNode, parent: Parent) -> cst.CSTNode | None:

@@ -30,7 +30,7 @@ from migrator.codemods.distributed import (
     is_distributed_value,
     is_size_test,
 )
-from migrator.codemods.imports import ImportPlan, plan_imports
+from migrator.codemods.imports import ImportPlan, imported_names, plan_imports
 from migrator.codemods.lines import LineProvider, start_line
 from migrator.codemods.parents import ParentProvider
 from migrator.codemods.qualified import qualified_names
@@ -209,7 +209,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 message = f"adds `{code}` {where} the statement on this line"
                 self._change(anchor, "npu-import", message)
         for existing, pairs in self.imports.merge.items():
-            added = ", ".join(n if n == local else f"{n} as {local}" for n, local in pairs)
+            added = imported_names(pairs)
             self._change(existing, "npu-import", f"adds {added} to this {api.LIBRARY} import")
 
     def _local_names(self) -> dict[str, str] | None:
