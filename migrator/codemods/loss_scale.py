@@ -346,6 +346,11 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         """Handle a (maximal) dotted reference; returns whether to look inside it."""
         if id(node) in self._skip:
             return False
+        if not _is_dotted_name(node):
+            # `Optimizer(...).minimize`, `managers[0].get_loss_scale`: an attribute of a value.
+            # libcst names it after the expression it hangs off, but only that expression (a
+            # call, visited next) can be ported; the attribute stays as it is.
+            return True
         if self._ambiguous(node):
             self._warn(
                 node,
@@ -822,6 +827,13 @@ def _optimizer_builder(opt: _Optimizer, value: cst.BaseExpression | None) -> Bui
         return out
 
     return build
+
+
+def _is_dotted_name(node: cst.BaseExpression) -> bool:
+    """`a.b.c`, as opposed to an attribute of a call or subscript such as `a.b(...).c`."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
 
 
 def _dotted(node: cst.BaseExpression) -> str:
