@@ -131,9 +131,7 @@ def is_distributed_value(
     return cst.Name("True"), f"the file trains with {reason}"
 
 
-def horovod_parameter(
-    scope: Scope | None, parent: Parent
-) -> tuple[cst.BaseExpression, str] | None:
+def horovod_parameter(scope: Scope | None, parent: Parent) -> tuple[cst.BaseExpression, str] | None:
     """`is_distributed=` for an optimizer built in a function that is handed Horovod.
 
     Such a function (NVIDIA's BERT `create_optimizer(..., hvd=None)`) gets None, or Horovod on a
