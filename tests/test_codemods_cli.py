@@ -167,6 +167,17 @@ def test_horovod_runtime_test_becomes_is_distributed(ported: dict) -> None:
     expectations = {
         "horovod_if.py": ["hvd.size() > 1", None],
         "horovod_assign.py": ["multi_worker"],
+        # single-worker tests: their else branch is the multi-worker one; `> 4` decides nothing
+        "horovod_size_tests.py": [
+            None,
+            "hvd.size() != 1",
+            None,
+            "2 <= hvd.size()",
+            "hvd.size() > 1",
+            None,  # else of `use_horovod and ...`: the script does not distribute there
+            "not single_worker",
+            "not single_worker",
+        ],
         "horovod_plain.py": ["hvd.size() > 1"],
         "strategy.py": ["True"],
         "bert_snippet.py": [None],
@@ -184,6 +195,30 @@ def test_horovod_runtime_test_becomes_is_distributed(ported: dict) -> None:
         in_source_order = sorted(calls, key=lambda c: (c.lineno, c.col_offset))
         got = [_keywords(c).get("is_distributed") for c in in_source_order]
         assert got == values, name
+
+
+def test_every_is_distributed_choice_has_its_reason(ported: dict) -> None:
+    messages = {
+        f["line"]: f["message"]
+        for f in _findings(ported["report"], "horovod_size_tests.py")
+        if f["rule"] == "contrib-optimizer"
+    }
+    assert messages[10].endswith(
+        "no is_distributed because it is built in the single-worker branch of "
+        "`if hvd.size() == 1:`"
+    )
+    assert messages[12].endswith(
+        "is_distributed=hvd.size() != 1 because it is built in the multi-worker `else` branch "
+        "of `if hvd.size() == 1:`"
+    )
+    assert messages[20].endswith(
+        "no is_distributed because it is built in the `else` branch of "
+        "`if use_horovod and hvd.size() > 1:`"
+    )
+    assert messages[22].endswith(
+        "is_distributed=not single_worker because `single_worker` holds the script's "
+        "single-worker test"
+    )
 
 
 def test_control_dependencies_rule(ported: dict) -> None:
@@ -217,12 +252,19 @@ def test_distributed_option_overrides_detection(
 ) -> None:
     for name in ("horovod_if.py", "bert_snippet.py"):
         shutil.copy(FIXTURES / "cases" / name, tmp_path / name)
-    result = run_cli("--write", "-q", "--distributed", mode, tmp_path)
+    report = tmp_path / "report.json"
+    result = run_cli("--write", "-q", "--report", report, "--distributed", mode, tmp_path)
     assert result.returncode == 0, result.stderr
     for name in ("horovod_if.py", "bert_snippet.py"):
         tree = ast.parse((tmp_path / name).read_text())
         values = {_keywords(c).get("is_distributed") for c in _calls(tree, "NPULossScaleOptimizer")}
         assert values == {expected}, name
+    messages = [
+        f["message"]
+        for f in json.loads(report.read_text())["findings"]
+        if f["rule"] == "contrib-optimizer"
+    ]
+    assert messages and all(m.endswith(f"of --distributed {mode}") for m in messages)
 
 
 def test_negative_controls_stay_byte_identical(tmp_path: Path) -> None:

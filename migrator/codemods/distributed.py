@@ -43,29 +43,66 @@ class DistributedFacts:
     horovod_aliases: dict[str, cst.CSTNode] = dataclasses.field(default_factory=dict)
     # aliases the file calls `X.init()` on (so `X.size()` is usable where the optimizer is built)
     initialised: set[str] = dataclasses.field(default_factory=set)
-    # simple `name = <world-size test>` assignments: name -> the assigned Name node
-    size_tests: dict[str, cst.Name] = dataclasses.field(default_factory=dict)
+    # simple `name = <world-size test>` assignments: name -> (the assigned Name node, whether the
+    # test holds on several workers rather than on one)
+    size_tests: dict[str, tuple[cst.Name, bool]] = dataclasses.field(default_factory=dict)
 
     @property
     def trains_distributed(self) -> bool:
         return self.horovod_imported or self.strategy_used
 
 
-def is_size_test(expr: cst.BaseExpression, canonical: Canonical) -> bool:
-    """`hvd.size() > 1`, `hvd.size() != 1`, `1 < hvd.size()` with `hvd` resolving to Horovod."""
+# Comparison operators by symbol; a world-size test compares `hvd.size()` with an integer.
+_OPERATORS = {
+    cst.GreaterThan: ">",
+    cst.GreaterThanEqual: ">=",
+    cst.LessThan: "<",
+    cst.LessThanEqual: "<=",
+    cst.Equal: "==",
+    cst.NotEqual: "!=",
+}
+_MIRRORED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "==": "==", "!=": "!="}
+_NEGATED = {">": "<=", ">=": "<", "<": ">=", "<=": ">", "==": "!=", "!=": "=="}
+# `hvd.size() <op> k` that hold exactly on several workers, and exactly on one.
+_MULTI_WORKER = {(">", 1), (">=", 2), ("!=", 1)}
+_SINGLE_WORKER = {("==", 1), ("<", 2), ("<=", 1)}
+
+
+def size_test_direction(expr: cst.BaseExpression, canonical: Canonical) -> int:
+    """1 for a test true exactly on several workers (`hvd.size() > 1`, `1 != hvd.size()`), -1 for
+    one true exactly on a single worker (`hvd.size() == 1`, `hvd.size() < 2`), 0 for anything
+    else (`hvd.size() > 4` says nothing about its else branch)."""
     if not isinstance(expr, cst.Comparison) or len(expr.comparisons) != 1:
+        return 0
+    target = expr.comparisons[0]
+    symbol = _OPERATORS.get(type(target.operator))
+    if symbol is None:
+        return 0
+    if _is_size_call(expr.left, canonical) and isinstance(target.comparator, cst.Integer):
+        key = (symbol, target.comparator.evaluated_value)
+    elif _is_size_call(target.comparator, canonical) and isinstance(expr.left, cst.Integer):
+        key = (_MIRRORED[symbol], expr.left.evaluated_value)
+    else:
+        return 0
+    return 1 if key in _MULTI_WORKER else -1 if key in _SINGLE_WORKER else 0
+
+
+def _is_size_call(expr: cst.BaseExpression, canonical: Canonical) -> bool:
+    if not isinstance(expr, cst.Call) or expr.args:
         return False
-    operands = (expr.left, expr.comparisons[0].comparator)
-    sizes = [
-        o
-        for o in operands
-        if isinstance(o, cst.Call)
-        and not o.args
-        and (name := canonical(o.func)) is not None
-        and is_horovod_module(name)
-        and name.endswith(".size")
-    ]
-    return len(sizes) == 1
+    name = canonical(expr.func)
+    return name is not None and is_horovod_module(name) and name.endswith(".size")
+
+
+def _negated(test: cst.Comparison) -> cst.BaseExpression:
+    """`hvd.size() != 1` for `hvd.size() == 1`: the multi-worker test, written as a comparison."""
+    target = test.comparisons[0]
+    symbol = _NEGATED[_OPERATORS[type(target.operator)]]
+    return cst.parse_expression(f"{_code(test.left)} {symbol} {_code(target.comparator)}")
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
 
 
 def _conjuncts(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -74,22 +111,44 @@ def _conjuncts(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
     return [expr]
 
 
-def _enclosing_test(
-    node: cst.CSTNode, parent: Parent, canonical: Canonical
-) -> tuple[cst.BaseExpression, bool] | None:
-    """The nearest enclosing `if` world-size test and whether `node` is in its else branch."""
+Decision = tuple["cst.BaseExpression | None", str]
+
+
+def _branch_decision(node: cst.CSTNode, parent: Parent, canonical: Canonical) -> Decision | None:
+    """The value an enclosing `if` on the world size gives, or None when no `if` decides it."""
     child: cst.CSTNode = node
     current = parent(node)
     while current is not None and not isinstance(
         current, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module)
     ):
         if isinstance(current, cst.If) and child is not current.test:
-            tests = [c for c in _conjuncts(current.test) if is_size_test(c, canonical)]
-            if tests:
-                in_else = child is current.orelse
-                exact = len(tests) == 1 and tests[0] is current.test
-                return tests[0], in_else and exact
+            decision = _decide(current.test, child is current.orelse, canonical)
+            if decision is not None:
+                return decision
         child, current = current, parent(current)
+    return None
+
+
+def _decide(test: cst.BaseExpression, in_else: bool, canonical: Canonical) -> Decision | None:
+    code = _code(test)
+    direction = size_test_direction(test, canonical)
+    if direction and (direction > 0) == in_else:
+        return None, f"it is built in the single-worker branch of `if {code}:`"
+    if direction > 0:
+        return test.deep_clone(), f"the enclosing `if` tests the world size ({code})"
+    if direction < 0:
+        assert isinstance(test, cst.Comparison)
+        value = _negated(test)
+        return value, f"it is built in the multi-worker `else` branch of `if {code}:`"
+    # A conjunction (`if use_hvd and hvd.size() > 1:`): in its body every part holds.
+    directions = [size_test_direction(c, canonical) for c in _conjuncts(test)]
+    if 1 in directions:
+        if in_else:
+            return None, f"it is built in the `else` branch of `if {code}:`"
+        multi = _conjuncts(test)[directions.index(1)]
+        return multi.deep_clone(), f"the enclosing `if` tests the world size ({_code(multi)})"
+    if -1 in directions and not in_else:
+        return None, f"it is built in the single-worker branch of `if {code}:`"
     return None
 
 
@@ -112,16 +171,15 @@ def is_distributed_value(
 
     Returns the expression and a human reason for the report.
     """
-    found = _enclosing_test(call, parent, canonical)
-    if found is not None:
-        test, in_else = found
-        if in_else:
-            return None, "it is built in the single-worker branch of the world-size test"
-        code = cst.Module([]).code_for_node(test)
-        return test.deep_clone(), f"the enclosing `if` tests the world size ({code})"
-    for name, target in facts.size_tests.items():
+    decision = _branch_decision(call, parent, canonical)
+    if decision is not None:
+        return decision
+    for name, (target, multi) in facts.size_tests.items():
         if _visible(scope, name, lambda a, t=target: a.node is t):
-            return cst.Name(name), f"`{name}` holds the script's world-size test"
+            if multi:
+                return cst.Name(name), f"`{name}` holds the script's world-size test"
+            value = cst.parse_expression(f"not {name}")
+            return value, f"`{name}` holds the script's single-worker test"
     for alias, statement in facts.horovod_aliases.items():
         bound_here = _visible(scope, alias, lambda a, s=statement: a.node is s)
         if alias in facts.initialised and bound_here:

@@ -28,7 +28,7 @@ from migrator.codemods.distributed import (
     DistributedFacts,
     horovod_parameter,
     is_distributed_value,
-    is_size_test,
+    size_test_direction,
 )
 from migrator.codemods.imports import ImportPlan, imported_names, plan_imports
 from migrator.codemods.lines import LineProvider, start_line
@@ -301,13 +301,11 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         return self._reference(node)
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if (
-            len(node.targets) == 1
-            and isinstance(node.targets[0].target, cst.Name)
-            and is_size_test(node.value, self.canonical)
-        ):
-            target = node.targets[0].target
-            self.facts.size_tests[target.value] = target
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            direction = size_test_direction(node.value, self.canonical)
+            if direction:
+                target = node.targets[0].target
+                self.facts.size_tests[target.value] = (target, direction > 0)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = self.canonical(node.func)
@@ -501,7 +499,10 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         for call, line in self._contrib_optimizers:
             value, why = self._is_distributed(call)
             self.edits.calls[call] = CallEdit(api.OPTIMIZER, _append_distributed(value))
-            extra = f", is_distributed={_code(value)} because {why}" if value is not None else ""
+            if value is not None:
+                extra = f", is_distributed={_code(value)} because {why}"
+            else:
+                extra = f", no is_distributed because {why}" if why else ""
             self.findings.append(
                 Finding(
                     self.path,
@@ -521,9 +522,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
 
     def _is_distributed(self, call: cst.Call) -> tuple[cst.BaseExpression | None, str]:
         if self.distributed == "never":
-            return None, ""
+            return None, "of --distributed never"
         if self.distributed == "always":
-            return cst.Name("True"), "--distributed always"
+            return cst.Name("True"), "of --distributed always"
         if not self.facts.trains_distributed:
             return horovod_parameter(self.scope(call), self.parent) or (None, "")
         return is_distributed_value(
