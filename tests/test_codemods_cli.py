@@ -234,6 +234,7 @@ def test_control_dependencies_rule(ported: dict) -> None:
         (9, "change"),
         (19, "warning"),
         (26, "change"),
+        (32, "warning"),  # the `with` also enters a variable scope the manager must stay in
     ]
 
 

@@ -82,6 +82,10 @@ def control_deps_decision(
     block = withs[0]
     if len(withs) > 1:
         return block, None, "it is nested in several control_dependencies blocks"
+    if len(block.items) > 1:
+        # Moving it before the `with` would also take it out of the scopes or device entered
+        # there (`with tf.variable_scope("fp16"), tf.control_dependencies(deps):`).
+        return block, None, "the same `with` also enters other contexts it must stay in"
     assign = parent(call)
     line = parent(assign) if assign is not None else None
     body = parent(line) if line is not None else None
