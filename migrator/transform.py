@@ -9,6 +9,7 @@ codemod sees the same tree and the file is either rewritten as a whole or not at
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 from collections.abc import Iterable, Mapping
@@ -51,9 +52,23 @@ def parse(source: bytes) -> cst.Module:
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        raise SourceError(f"syntax error at line {exc.raw_line}: {exc.message}") from exc
+        raise SourceError(_syntax_error(source, exc)) from exc
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
         raise SourceError(f"cannot decode: {exc}") from exc
+
+
+def _syntax_error(source: bytes, exc: cst.ParserSyntaxError) -> str:
+    """Python's own account of the error where it has one: libcst's parser often reports the
+    line after the faulty one, and says "expected one of ..." where Python names the problem
+    (a Python 2 `print "x"`)."""
+    try:
+        ast.parse(source)
+    except SyntaxError as python:
+        if python.lineno is not None:
+            return f"syntax error at line {python.lineno}: {python.msg}"
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    return f"syntax error at line {exc.raw_line}: {exc.message}"
 
 
 @dataclasses.dataclass(frozen=True)

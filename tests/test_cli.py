@@ -175,7 +175,17 @@ def test_broken_file_is_reported_untouched_and_the_rest_is_processed(tmp_path: P
     assert summary(proc.stderr) == (2, 1, 0, 1)
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["failed"] == [{"path": "bad.py", "reason": report["failed"][0]["reason"]}]
-    assert re.search(r"\bline \d+", report["failed"][0]["reason"])
+    assert report["failed"][0]["reason"].startswith("syntax error at line 2: ")
+
+
+def test_syntax_error_names_the_line_python_names(tmp_path: Path) -> None:
+    # libcst's parser puts this Python 2 print on line 3 and only lists expected tokens.
+    source = b'import tensorflow as tf\nprint "hello"\n# tf.contrib.mixed_precision\n'
+    make_tree(tmp_path, {"py2.py": source})
+    proc = run_cli("py2.py", cwd=tmp_path)
+    assert proc.returncode == 123
+    assert "py2.py: error: syntax error at line 2: Missing parentheses" in proc.stderr
+    assert (tmp_path / "py2.py").read_bytes() == source
 
 
 def test_python2_and_undecodable_files_are_failures_with_reasons(tmp_path: Path) -> None:
