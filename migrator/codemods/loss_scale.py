@@ -137,6 +137,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self._inline_dynamic: list[cst.Call] = []
         self._skip: set[int] = set()
         self._removed_bindings: set[tuple[int, str]] = set()
+        # class names a contrib `import *` binds, which the port's own import must not shadow
+        self._star_bound: set[str] = set()
         self._global: Scope | None = None
         self.names: dict[str, str] = {}
         self.imports = ImportPlan()
@@ -219,7 +221,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             free = [
                 c
                 for c in (needed, _ALIASES[needed])
-                if not any(self._binds_other(scope, c) for scope in scopes.values())
+                if c not in self._star_bound
+                and not any(self._binds_other(scope, c) for scope in scopes.values())
             ]
             if not free:
                 return None
@@ -268,6 +271,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             self.npu_imports.append(node)
         if isinstance(node.names, cst.ImportStar):
             if api.is_contrib_module(module) or module == "tensorflow.contrib":
+                # Its names stay bound (to contrib): an added import must not take them over.
+                if api.is_contrib_module(module):
+                    self._star_bound.update((api.FIXED, api.DYNAMIC))
                 self._warn(
                     node,
                     "star-import",
