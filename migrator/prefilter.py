@@ -24,7 +24,7 @@ _TRIGGERS = (*LOSS_SCALE_TRIGGERS, *GLOBAL_STEP_TRIGGERS)
 
 def might_need_migration(source: bytes) -> bool:
     """Cheap pre-filter: a file without any trigger substring cannot hold anything to port."""
-    return any(t in source for t in _TRIGGERS) or _dynamic_contrib(source)
+    return any(t in source for t in _TRIGGERS) or _dynamic_contrib(source) or _steps(source)
 
 
 def might_need_loss_scale_port(source: bytes) -> bool:
@@ -35,3 +35,10 @@ def might_need_loss_scale_port(source: bytes) -> bool:
 def _dynamic_contrib(source: bytes) -> bool:
     # `getattr(tf.contrib, name)` hides the API name from a plain substring search.
     return b"getattr" in source and b"contrib" in source
+
+
+def _steps(source: bytes) -> bool:
+    # A function advancing global_step by hand matters to the global-step move even without loss
+    # scaling: an optimizer class it shares must not gain an increment (the step would advance
+    # twice there).
+    return b"global_step" in source and b"assign" in source

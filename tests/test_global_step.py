@@ -248,3 +248,43 @@ def test_shared_class_moves_all_or_nothing(tmp_path):
     assert len(messages) == 2
     assert any(m.startswith("good ") and "bad" in m for m in messages)
     assert any(m.startswith("bad ") and "flag" in m for m in messages)
+
+
+def test_class_shared_with_a_function_that_steps_without_loss_scaling(tmp_path):
+    """A plain fp32 function advancing the step by hand through the same class keeps it unchanged:
+    with the increment in the class, that function's step would advance twice."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "opt.py").write_text(
+        "import tensorflow as tf\n\n\n"
+        "class Shared(tf.train.Optimizer):\n"
+        "    def apply_gradients(self, grads_and_vars, global_step=None, name=None):\n"
+        "        ops = [v.assign_sub(g) for g, v in grads_and_vars]\n"
+        "        return tf.group(*ops, name=name)\n\n\n"
+        "def fp16(loss, global_step):\n"
+        "    manager = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
+        "    opt = tf.contrib.mixed_precision.LossScaleOptimizer(Shared(False, 'a'), manager)\n"
+        "    train_op = opt.minimize(loss, global_step=global_step)\n"
+        "    new_global_step = global_step + 1\n"
+        "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n"
+        "    return train_op\n"
+    )
+    # No loss-scale API in this file, and the optimizer is used without a name.
+    (src / "finetune.py").write_text(
+        "import tensorflow as tf\nfrom opt import Shared\n\n\n"
+        "def fp32(loss, global_step):\n"
+        "    train_op = Shared(False, 'b').minimize(loss, global_step=global_step)\n"
+        "    new_global_step = global_step + 1\n"
+        "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n"
+        "    return train_op\n"
+    )
+    before = {p.name: _step_code(p) for p in src.iterdir()}
+    report = _migrate(tmp_path, src)
+    assert {p.name: _step_code(p) for p in src.iterdir()} == before
+    assert not [f for f in report["findings"] if f["rule"] == MOVE]
+    (warning,) = _findings(report, MANUAL, "opt.py")
+    assert warning["message"].startswith("fp16 ")
+    assert "Shared is also used by fp32 (" in warning["message"]
+    assert "finetune.py), which cannot be moved" in warning["message"]
+    # The loss scaling itself is still ported.
+    assert "NPULossScaleOptimizer(Shared(False, 'a'), manager)" in (src / "opt.py").read_text()

@@ -60,6 +60,7 @@ class FunctionFact:
     problem_line: int
     optimizers: tuple[OptimizerRef, ...]
     passes_step: bool
+    scaled: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +109,7 @@ def _facts(analysis: ModuleAnalysis, path: str) -> GlobalStepFacts:
                 f.problem_line,
                 tuple(f.optimizers),
                 any(s.step_passed for s in f.call_sites),
+                f.scaled,
             )
             for f in analysis.step_functions
         ),
@@ -245,7 +247,11 @@ def build_plan(facts: Iterable[GlobalStepFacts]) -> GlobalStepPlan:
                 "receives it, so the step would advance twice"
             )
         uses[path, key] = targets
-        if fn.problem is not None:
+        if not fn.scaled:
+            # Not a candidate (reported below when its file scales losses); it only keeps the
+            # classes it uses unchanged.
+            blocked[path, key] = ("it builds no loss-scale optimizer", fn.line)
+        elif fn.problem is not None:
             blocked[path, key] = (fn.problem, fn.problem_line)
         elif problems:
             blocked[path, key] = ("; ".join(problems), fn.line)
@@ -272,7 +278,8 @@ def build_plan(facts: Iterable[GlobalStepFacts]) -> GlobalStepPlan:
     for (path, key), (_, fn) in sorted(functions.items()):
         if (path, key) in blocked:
             reason, line = blocked[path, key]
-            warnings.append(_manual(path, line or fn.line, fn.name, reason))
+            if fn.scaled:
+                warnings.append(_manual(path, line or fn.line, fn.name, reason))
             continue
         classes = sorted(uses[path, key])
         inserts.update(classes)

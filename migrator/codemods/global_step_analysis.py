@@ -85,6 +85,9 @@ class StepFunction:
     optimizers: list[OptimizerRef] = dataclasses.field(default_factory=list)
     problem: str | None = None
     problem_line: int = 0
+    # False: it builds no loss-scale optimizer, so its update stays; it is traced only so that
+    # no class it shares gains an increment (its step would then advance twice).
+    scaled: bool = True
 
 
 @dataclasses.dataclass
@@ -374,11 +377,17 @@ class Analyzer(cst.CSTVisitor):
             is_loss_scale_optimizer(self.qnames(c.func))
             for c in _collect(fn, cst.Call, enter_defs=True)
         )
-        if not uses_loss_scale:
-            self.result.unscaled_steps.append((fn.name.value, self.line(fn)))
-            return
         info = StepFunction(key, fn.name.value, self.line(fn), step=updates[0][1][0])
         self.result.step_functions.append(info)
+        if not uses_loss_scale:
+            self.result.unscaled_steps.append((fn.name.value, self.line(fn)))
+            info.scaled = False
+            try:
+                self._call_sites(fn, info)
+                self._optimizers(info, fn, assigns)
+            except _Problem:
+                pass  # classes it cannot name are classes the plan will not see shared
+            return
         # The optimizers are traced even when the update itself is unusual: the plan needs them
         # to keep every class this function shares with others unchanged as well.
         try:
@@ -600,6 +609,9 @@ class Analyzer(cst.CSTVisitor):
         seen: set[str] = set()
         for site in info.call_sites:
             receiver = site.call.func.value  # type: ignore[attr-defined]
+            if isinstance(receiver, cst.Call):  # `MyOptimizer(...).minimize(loss)`
+                self._trace_value(receiver, "", assigns, seen, info)
+                continue
             if not isinstance(receiver, cst.Name):
                 raise _Problem(
                     f"cannot tell which optimizer `{self.module.code_for_node(receiver)}` is",
