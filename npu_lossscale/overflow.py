@@ -4,7 +4,9 @@ The rule per overflow mode (``OverflowMode``):
 
 * INF_NAN: the step overflowed iff some gradient element is inf or NaN.
 * SATURATION: the chip clamps an overflowing fp16 result to +-65504 instead of producing inf, so
-  additionally an element overflowed iff its *scaled* magnitude reached that value:
+  additionally an element overflowed iff its *scaled* magnitude reached that value. The backward
+  pass's gradients are tested as it produced them, still scaled (``|g| >= 65504``); gradients
+  that only exist unscaled (handed to apply_gradients from elsewhere) as
   ``float32(|g_unscaled| * loss_scale) >= 65504``.
 
 Why not ``reduce_all(is_finite(g))`` per variable, as TensorFlow does: that writes a boolean tensor
@@ -113,10 +115,11 @@ def _cond(pred: tf.Tensor, true_fn: Callable, false_fn: Callable) -> tf.Tensor:
 def overflow_status(
     grads: Sequence[Gradient], mode: OverflowMode, loss_scale: tf.Tensor | float
 ) -> tf.Tensor:
-    """float32 scalar, 1.0 if the (unscaled) gradients overflowed under ``mode``, else 0.0.
+    """float32 scalar, 1.0 if the gradients overflowed under ``mode``, else 0.0.
 
-    ``loss_scale`` is the scale the gradients were divided by; only SATURATION uses it. A float32
-    scalar rather than a bool so that workers can all-reduce it with a plain sum.
+    ``loss_scale`` is the scale the gradients were divided by (1 for gradients still scaled);
+    only SATURATION uses it. A float32 scalar rather than a bool so that workers can all-reduce
+    it with a plain sum.
     """
     mode = OverflowMode(mode)
     if mode is OverflowMode.AUTO:
@@ -140,7 +143,12 @@ def _fused_candidate(grad: Gradient) -> bool:
 def unscale_with_status(
     grads: Sequence[Gradient], loss_scale: tf.Tensor | float, mode: OverflowMode | str
 ) -> tuple[list[Gradient], tf.Tensor]:
-    """``unscale`` and ``overflow_status`` of the unscaled gradients, in one pass where possible.
+    """``unscale`` and the backward pass's overflow status, in one pass where possible.
+
+    The status is decided on the *scaled* gradients, as the backward pass produced them: that is
+    what the chip saturates, and a value clamped to 65504 does not always come back as 65504 from
+    ``unscaled * scale`` (with a scale of 100 it is 65503.996). The scale is at least 1, so the
+    unscaled values are inf or NaN exactly when the scaled ones are.
 
     Dense float32 gradients go through the fused CPU op (``npu_lossscale.kernels``), which reads
     each element once instead of twice; the others (IndexedSlices, half precision) and every
@@ -155,16 +163,15 @@ def unscale_with_status(
     wanted = any(_fused_candidate(g) for g in grads) and not kernels.in_xla_context()
     ops = kernels.fused_ops() if wanted else None
     if ops is None:
-        unscaled = unscale(grads, loss_scale)
-        return unscaled, overflow_status(unscaled, mode, loss_scale)
+        return unscale(grads, loss_scale), overflow_status(grads, mode, 1.0)
     scale = tf.cast(loss_scale, tf.float32)
     saturation = mode is OverflowMode.SATURATION
     # Gradients the op does not take (IndexedSlices, half precision) go the pure-TF way.
-    result = unscale([None if _fused_candidate(g) else g for g in grads], scale)
+    rest = [None if _fused_candidate(g) else g for g in grads]
+    result = unscale(rest, scale)
     statuses = []
-    rest = [g for g in result if g is not None]
-    if rest:
-        statuses.append(overflow_status(rest, mode, scale))
+    if any(g is not None for g in rest):
+        statuses.append(overflow_status(rest, mode, 1.0))
     for i, grad in enumerate(grads):
         if _fused_candidate(grad):
             result[i], status = ops.npu_unscale_and_check(grad, scale, saturation=saturation)
@@ -204,8 +211,8 @@ class StatusStash:
     (``find`` consumes them). Its gradients are then taken to come from those passes -- clipped,
     or summed over micro-batches, where a saturated element can shrink or cancel out -- so their
     statuses count, and gradients that are not the very tensors the latest pass returned are
-    checked again as well. Pending passes are kept per thread, as an eager strategy runs each
-    replica in a thread.
+    checked again for inf/NaN, as derived gradients are in a graph. Pending passes are kept per
+    thread, as an eager strategy runs each replica in a thread.
     """
 
     def __init__(self) -> None:
@@ -262,8 +269,10 @@ class StatusStash:
         keys, status = pending
         if all(gradient_values(g).ref() in keys for g in present):
             return StashLookup([status], [], [])
-        # How they were made is unknown, so both: the passes' status and a check under the mode.
-        return StashLookup([status], [], present)
+        # Made from the pending passes (clipped, summed over micro-batches), as in a graph: their
+        # statuses already hold every saturation, and only inf/NaN can arise afterwards. Checking
+        # a sum of clean micro-batches under the saturation rule would skip clean steps.
+        return StashLookup([status], present, [])
 
 
 class _AncestorSearch:

@@ -126,3 +126,19 @@ def test_eager_accumulated_micro_batches_keep_each_pass_status():
     total = unscaled_grad(opt, w, tf.constant(1.0)) + unscaled_grad(opt, w, tf.constant(2.0))
     opt.apply_gradients([(total, w)], global_step=step)
     assert int(step.numpy()) == 1
+
+
+def test_eager_sum_of_clean_micro_batches_is_applied():
+    # Each pass is clean (largest scaled element 1024 * 10 * 2 * 3 = 61440 < 65504), but the
+    # unscaled sum, 120, would reach 65504 if it were taken for a single pass's gradient.
+    w, step, opt = make("saturation")
+    total = unscaled_grad(opt, w, tf.constant(10.0)) + unscaled_grad(opt, w, tf.constant(10.0))
+    opt.apply_gradients([(total, w)], global_step=step)
+    assert int(step.numpy()) == 1 and int(opt.skipped_steps.numpy()) == 0
+
+
+def test_eager_inf_made_after_the_backward_pass_is_skipped():
+    w, step, opt = make("saturation")
+    grad = unscaled_grad(opt, w, tf.constant(1.0)) * tf.constant([1.0, np.inf, 1.0])
+    opt.apply_gradients([(grad, w)], global_step=step)
+    assert int(step.numpy()) == 0 and int(opt.skipped_steps.numpy()) == 1

@@ -19,6 +19,7 @@ import tensorflow as tf
 from chip import saturate
 
 import npu_lossscale as nl
+from npu_lossscale import kernels
 
 SCALE = 1024.0
 X = np.array([[1.0, 2.0, 3.0, 4.0]], np.float32)
@@ -254,3 +255,34 @@ def test_bad_arguments_are_rejected():
             nl.NPULossScaleOptimizer(inner, 1024)
         with pytest.raises(ValueError, match="is_distributed must be"):
             nl.NPULossScaleOptimizer(inner, manager, "yes")
+
+
+@pytest.mark.parametrize("fused", ["1", "0"])
+def test_gradient_clamped_to_65504_is_skipped_whatever_the_scale(monkeypatch, fused):
+    """With a scale of 100, 65504 / 100 * 100 rounds to 65503.996: the rule has to look at the
+    scaled value the chip produced, on the fused path and on the pure-TF one."""
+    monkeypatch.setenv(kernels.DISABLE_ENV, fused)
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, 1.0])
+        raw = tf.compat.v1.placeholder(tf.float32, [2])
+
+        @tf.custom_gradient
+        def chip_backward(x):
+            # The backward pass of the scaled loss as the chip returns it: `raw`, whatever the
+            # scale was.
+            return tf.identity(x), lambda dy: raw
+
+        manager = nl.FixedLossScaleManager(100, overflow_mode="saturation")
+        opt = nl.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0), manager)
+        train = opt.minimize(tf.reduce_sum(chip_backward(w)))
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(train, {raw: saturate([70000.0, 1.0])})  # [65504, 1]
+        assert not session.run(opt.last_step_applied)
+        np.testing.assert_array_equal(session.run(w), [1.0, 1.0])
+        below = np.nextafter(np.float32(65504.0), np.float32(0.0))
+        session.run(train, {raw: [below, 1.0]})
+        assert session.run(opt.last_step_applied)
+        assert session.run(w)[0] < 1.0 - 600.0

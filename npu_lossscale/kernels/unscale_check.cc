@@ -5,14 +5,16 @@
 // read once, multiplied by 1/scale, written (in place when the input buffer can be forwarded) and
 // folded into one running maximum while still in a register.
 //
-// The rule is the one npu_lossscale.overflow.overflow_status applies to the *unscaled* values
-// u = g * (1/scale), so both paths agree bit for bit:
-//   overflow iff some u is inf or NaN, or (saturation) float32(max|u| * scale) >= 65504.
-// Rounding is monotonic, so max|u| * scale reaches the threshold iff some |u| * scale does.
+// The rule is the one npu_lossscale.overflow.unscale_with_status applies on its pure-TF path, to
+// the *scaled* gradient g as the backward pass produced it, so both paths agree bit for bit:
+//   overflow iff some g is inf or NaN, or (saturation) max|g| >= 65504.
+// Testing g rather than u = g * (1/scale) matters: a value the chip clamped to 65504 comes back
+// from u * scale as 65503.996 for many scales (100, 0.8**k * 2**15), and would pass. The scale is
+// at least 1, so u is inf or NaN exactly when g is.
 //
-// The maximum is taken over the bit patterns of |u| as integers: for non-negative floats integer
+// The maximum is taken over the bit patterns of |g| as integers: for non-negative floats integer
 // order is magnitude order, and inf (0x7f800000) and every NaN sort above all finite values, so
-// one integer max per element answers both questions -- "any inf/NaN?" and "largest |u|?".
+// one integer max per element answers both questions -- "any inf/NaN?" and "largest |g|?".
 
 #include <algorithm>
 #include <cstdint>
@@ -67,11 +69,11 @@ REGISTER_OP("NpuUnscaleAndCheck")
       return Status();
     });
 
-// |u| as bits is below 2**31, so a signed compare orders it too (and is one instruction on SSE2).
+// |g| as bits is below 2**31, so a signed compare orders it too (and is one instruction on SSE2).
 constexpr int32_t kAbsMask = 0x7fffffff;
 constexpr int32_t kInfBits = 0x7f800000;
 
-// Bits of the largest |u| seen; >= kInfBits iff some u was inf or NaN.
+// Bits of the largest |g| seen; >= kInfBits iff some g was inf or NaN.
 struct Accumulator {
   int32_t max_abs_bits = 0;
 
@@ -88,21 +90,21 @@ Accumulator UnscaleRange(const float* src, float* dst, int64_t n, float reciproc
   IVec max_bits = {};
   int64_t i = 0;
   for (; i + kWidth <= n; i += kWidth) {
-    Vec u;
-    std::memcpy(&u, src + i, sizeof(Vec));
-    u *= r;
-    std::memcpy(dst + i, &u, sizeof(Vec));
-    const IVec a = reinterpret_cast<IVec>(u) & kAbsMask;
+    Vec g;
+    std::memcpy(&g, src + i, sizeof(Vec));
+    const IVec a = reinterpret_cast<IVec>(g) & kAbsMask;
     max_bits = max_bits < a ? a : max_bits;
+    const Vec u = g * r;
+    std::memcpy(dst + i, &u, sizeof(Vec));
   }
   Accumulator acc;
   for (int k = 0; k < kWidth; ++k) acc.max_abs_bits = std::max(acc.max_abs_bits, max_bits[k]);
   for (; i < n; ++i) {
-    const float u = src[i] * reciprocal;
-    dst[i] = u;
+    const float g = src[i];
     int32_t bits;
-    std::memcpy(&bits, &u, sizeof(bits));
+    std::memcpy(&bits, &g, sizeof(bits));
     acc.max_abs_bits = std::max(acc.max_abs_bits, bits & kAbsMask);
+    dst[i] = g * reciprocal;
   }
   return acc;
 }
@@ -147,7 +149,7 @@ class NpuUnscaleAndCheckOp : public OpKernel {
     if (saturation_ && !overflowed) {
       float max_abs;
       std::memcpy(&max_abs, &result.max_abs_bits, sizeof(max_abs));
-      overflowed = max_abs * scale >= kFp16Max;
+      overflowed = max_abs >= kFp16Max;
     }
     Tensor* status = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &status));
