@@ -33,6 +33,7 @@ _READ_ONLY_OPS = (
     "ReadVariableOp",
     "ResourceGather",
     "VarIsInitializedOp",
+    "IsVariableInitialized",
 )
 
 
@@ -102,8 +103,14 @@ def _escaping_writers(
     for op in reversed(new_ops):
         if op not in needed:
             continue
-        if op.op_def.is_stateful and not gated[op] and op.type not in _READ_ONLY_OPS:
+        if _writes_state(op) and not gated[op] and op.type not in _READ_ONLY_OPS:
             escaping.append(op)
         needed.update(t.op for t in op.inputs)
         needed.update(op.control_inputs)
     return escaping
+
+
+def _writes_state(op: tf.Operation) -> bool:
+    """Stateful ops, and ops taking a reference variable as a ref input (Assign, AssignAdd, the
+    Apply* and Scatter* ops on TF1 variables), which TensorFlow does not mark stateful."""
+    return op.op_def.is_stateful or any(arg.is_ref for arg in op.op_def.input_arg)

@@ -30,6 +30,27 @@ class _CountingSGD(tf.compat.v1.train.GradientDescentOptimizer):
         return tf.group(super().apply_gradients(grads_and_vars, global_step, name), bump)
 
 
+class _RefCountingSGD(_CountingSGD):
+    """The same with a reference variable (TF1 scripts): its AssignAdd takes the variable as a ref
+    input and is not marked stateful, yet writes state."""
+
+    def __init__(self) -> None:
+        tf.compat.v1.train.GradientDescentOptimizer.__init__(self, 0.5)
+        self.counter = tf.compat.v1.get_variable(
+            "apply_count", [], tf.int64, tf.zeros_initializer(), trainable=False, use_resource=False
+        )
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        with tf.control_dependencies(None):
+            bump = tf.compat.v1.assign_add(self.counter, 1)
+        return tf.group(
+            tf.compat.v1.train.GradientDescentOptimizer.apply_gradients(
+                self, grads_and_vars, global_step, name
+            ),
+            bump,
+        )
+
+
 class _CondSGD(tf.compat.v1.train.GradientDescentOptimizer):
     """SGD whose update sits in its own tf.cond (lowered to Switch/Merge inside the gate)."""
 
@@ -64,7 +85,8 @@ def _build(make_inner):
 
 
 @pytest.mark.parametrize(
-    "make_inner", [_CountingSGD, _CondSGD, lambda: tf.compat.v1.train.AdamOptimizer(0.1)]
+    "make_inner",
+    [_CountingSGD, _RefCountingSGD, _CondSGD, lambda: tf.compat.v1.train.AdamOptimizer(0.1)],
 )
 def test_skipped_step_changes_nothing_and_applied_step_applies(make_inner):
     graph, session, k, w, step, inner, train, step_after = _build(make_inner)
