@@ -282,3 +282,38 @@ def test_build_failure_warns_once_and_falls_back(tmp_path):
     assert "pure-TF" in warnings[0] and "no-such-compiler" in warnings[0]
     assert done.stdout.count("RESULT [1.0, inf] 1.0") == 2
     assert "REASON" in done.stdout and "no-such-compiler" in done.stdout
+
+
+def test_first_use_inside_tf_function_prints_no_autograph_warnings(tmp_path):
+    # The op is loaded while the function is traced; AutoGraph must leave the loader alone. The
+    # script is a file: AutoGraph does not convert a function whose source it cannot read.
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+        import tensorflow as tf
+        import npu_lossscale as nl
+        w = tf.Variable([1.0])
+        manager = nl.FixedLossScaleManager(8)
+        opt = nl.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), manager)
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                scaled = opt.get_scaled_loss(tf.reduce_sum(w))
+            grads = opt.get_unscaled_gradients(tape.gradient(scaled, [w]))
+            opt.apply_gradients(zip(grads, [w]))
+
+        step()
+        print("W", w.numpy().tolist())
+        """
+        )
+    )
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop(kernels.DISABLE_ENV, None)
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "W [0.9]" in done.stdout.replace("0.8999999761581421", "0.9")
+    assert "AutoGraph" not in done.stderr, done.stderr

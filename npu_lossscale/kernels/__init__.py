@@ -51,6 +51,9 @@ def enabled() -> bool:
     return os.environ.get(DISABLE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+# Called while a tf.function is traced; AutoGraph would otherwise try to convert the loader and
+# the os/importlib helpers it calls, and warn once per helper that it cannot.
+@tf.autograph.experimental.do_not_convert
 def fused_ops() -> ModuleType | None:
     """The loaded op module, building it the first time; None (after one warning) if unusable."""
     if not enabled():
