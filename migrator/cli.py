@@ -101,11 +101,11 @@ def _use_color(flag: bool | None) -> bool:
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
-def _write_stdout(text: str) -> None:
-    """Diff text to stdout as UTF-8 bytes, whatever the locale, surviving a closed pipe."""
+def _write_stdout(data: bytes) -> None:
+    """Diff bytes to stdout whatever the locale, surviving a closed pipe."""
     stream = click.get_binary_stream("stdout")
     try:
-        stream.write(text.encode("utf-8", "replace"))
+        stream.write(data)
         stream.flush()
     except BrokenPipeError:
         # `npu-migrate . | head`: stop printing, but still finish the run (reports, summary).
@@ -275,12 +275,16 @@ def _validate(
 
 
 def _print_diffs(result: RunResult, color: bool) -> None:
-    from migrator.diffing import colorize, unified_diff
+    from migrator.diffing import colorize, diff_bytes, unified_diff
 
     for outcome in result.outcomes:
-        if outcome.status == "changed":
+        if outcome.status != "changed":
+            continue
+        if color:  # for a terminal: UTF-8 text
             diff = unified_diff(outcome.old, outcome.new, outcome.path)
-            _write_stdout(colorize(diff) if color else diff)
+            _write_stdout(colorize(diff).encode("utf-8", "replace"))
+        else:  # for `patch` / `git apply`: the files' own bytes
+            _write_stdout(diff_bytes(outcome.old, outcome.new, outcome.path))
 
 
 def _print_messages(result: RunResult, quiet: bool) -> None:

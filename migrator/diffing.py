@@ -2,7 +2,8 @@
 
 The migration works on bytes and writes bytes; this module only needs text to show a person what
 will change, so decoding here may fall back (cookie encoding, then Latin-1) without any risk to the
-files themselves.
+files themselves. The diff printed for `patch -p1` / `git apply` goes back to the file's own bytes
+(`diff_bytes`): a GBK or Latin-1 file's context lines must match the file, not their UTF-8 form.
 """
 
 from __future__ import annotations
@@ -16,17 +17,23 @@ import click
 _NO_NEWLINE = "\\ No newline at end of file\n"
 
 
-def decode_for_display(source: bytes) -> str:
+def display_encoding(source: bytes) -> str:
     """UTF-8 first, then the file's own coding cookie, then Latin-1 (which never fails)."""
     try:
-        return source.decode("utf-8")
+        source.decode("utf-8")
+        return "utf-8"
     except UnicodeDecodeError:
         pass
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
-        return source.decode(encoding)
+        source.decode(encoding)
+        return encoding
     except (SyntaxError, LookupError, UnicodeDecodeError):
-        return source.decode("latin-1")
+        return "latin-1"
+
+
+def decode_for_display(source: bytes) -> str:
+    return source.decode(display_encoding(source))
 
 
 def _lines(text: str) -> list[str]:
@@ -58,6 +65,17 @@ def unified_diff(old: bytes, new: bytes, display_path: str, context: int = 3) ->
         else:
             out.append(line + "\n" + _NO_NEWLINE)
     return "".join(out)
+
+
+def diff_bytes(old: bytes, new: bytes, display_path: str) -> bytes:
+    """`unified_diff` in the file's own encoding (the two header lines, which hold the path, in
+    UTF-8), so that its lines are the file's bytes and the patch applies."""
+    encoding = display_encoding(old)
+    lines = unified_diff(old, new, display_path).splitlines(keepends=True)
+    return b"".join(
+        line.encode("utf-8" if index < 2 else encoding, "surrogateescape")
+        for index, line in enumerate(lines)
+    )
 
 
 def colorize(diff: str) -> str:

@@ -94,6 +94,31 @@ def test_printed_diff_applies_with_patch_and_equals_write(tmp_path: Path) -> Non
     assert_ported((written / "a/train.py").read_bytes())
 
 
+def test_printed_diff_applies_to_files_in_their_own_encoding(tmp_path: Path) -> None:
+    # Context lines with non-ASCII text: the diff must carry the files' bytes, not UTF-8.
+    latin1 = (
+        "# -*- coding: latin-1 -*-\nimport tensorflow as tf\nname = 'café'\n"
+        "m = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
+    ).encode("latin-1")
+    gbk = (
+        "# coding: gbk\nimport tensorflow as tf\n# 混合精度\n"
+        "m = tf.contrib.mixed_precision.FixedLossScaleManager(64)\n"
+    ).encode("gbk")
+    files = {"latin.py": latin1, "zh/gbk.py": gbk}
+    reviewed = make_tree(tmp_path / "reviewed", files)
+    written = make_tree(tmp_path / "written", files)
+    printed = subprocess.run(
+        [sys.executable, "-m", "migrator", "."], cwd=reviewed, capture_output=True, env=cli_env()
+    )
+    assert printed.returncode == 0, printed.stderr
+    assert b" name = 'caf\xe9'\n" in printed.stdout
+    subprocess.run(["patch", "-p1", "-s"], cwd=reviewed, input=printed.stdout, check=True)
+    assert run_cli(".", "--write", cwd=written).returncode == 0
+    assert snapshot_bytes(reviewed) == snapshot_bytes(written)
+    assert b"FixedLossScaleManager(64)" in (written / "zh/gbk.py").read_bytes()
+    assert b"contrib" not in (written / "zh/gbk.py").read_bytes()
+
+
 def snapshot_bytes(root: Path) -> dict[str, bytes]:
     return {k: v[0] for k, v in snapshot(root).items()}
 

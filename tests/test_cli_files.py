@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import run_cli
+from cli_runner import cli_env, run_cli
 
 from migrator.diffing import decode_for_display, unified_diff
 from migrator.files import discover, is_excluded
@@ -142,7 +144,16 @@ def test_output_dir_copy_of_untouched_files_is_byte_identical(tmp_path: Path) ->
 def test_gbk_file_keeps_its_encoding_and_comments_when_changed(tmp_path: Path) -> None:
     text = f"# -*- coding: gbk -*-\n# 训练脚本\nimport tensorflow as tf\n{PORT_LINE}  # 缩放\n"
     write(tmp_path, {"train.py": text.encode("gbk")})
-    diff = run_cli("train.py", cwd=tmp_path).stdout
+    report = tmp_path / "report.json"
+    printed = subprocess.run(
+        [sys.executable, "-m", "migrator", "train.py", "--report", report],
+        cwd=tmp_path,
+        capture_output=True,
+        env=cli_env(),
+    )
+    # Printed in the file's own bytes, so that `patch` applies it; the report holds text.
+    assert f"-{PORT_LINE}  # 缩放\n".encode("gbk") in printed.stdout
+    diff = json.loads(report.read_text(encoding="utf-8"))["files"][0]["diff"]
     assert f"-{PORT_LINE}  # 缩放\n" in diff  # decoded with the cookie for display
     assert run_cli("--write", "train.py", cwd=tmp_path).returncode == 0
     new = (tmp_path / "train.py").read_bytes()
