@@ -10,13 +10,18 @@ Readable state (tensors/variables, fetch them with ``sess.run`` or read them eag
 * ``loss_scale``: the current loss scale (float32 scalar tensor), from the manager.
 * ``skipped_steps``: int64 variable, steps not applied because their gradients overflowed.
 * ``last_step_applied``: bool variable, whether the latest ``apply_gradients`` applied its step.
+
+``tf.train.Checkpoint(optimizer=opt)`` saves all of it together with the inner optimizer's slots
+and variables, eagerly and in graphs.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any, Callable
 
+import numpy as np
 import tensorflow as tf
 
 from npu_lossscale import distributed, gating, overflow
@@ -32,6 +37,20 @@ def _scale_loss(loss: Any, get_scale: Callable[[], tf.Tensor]) -> Any:
         return lambda: _scale_loss(loss(), get_scale)
     loss = tf.convert_to_tensor(loss)
     return loss * tf.cast(get_scale(), loss.dtype)
+
+
+def _as_is_distributed(value: object) -> bool:
+    """``value`` as a Python bool, for the flag ported scripts compute in several ways.
+
+    The vendor's class only tests the flag for truth, so scripts pass ``hvd.size() > 1``, numpy
+    booleans (e.g. from comparing a numpy world size) or 0/1. Anything else (a string, None, a
+    tensor, 2) is more likely a misplaced argument than a flag, and is rejected.
+    """
+    if isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, numbers.Integral) and value in (0, 1)
+    ):
+        return bool(value)
+    raise ValueError(f"is_distributed must be True or False (or 0 or 1); got {value!r}")
 
 
 class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
@@ -66,8 +85,7 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
                 "loss_scale_manager must be a FixedLossScaleManager or "
                 f"ExponentialUpdateLossScaleManager; got {loss_scale_manager!r}"
             )
-        if not isinstance(is_distributed, bool):
-            raise ValueError(f"is_distributed must be True or False; got {is_distributed!r}")
+        is_distributed = _as_is_distributed(is_distributed)
         if reducer is not None:
             distributed.check_reducer_argument(reducer)
         super().__init__(use_locking=False, name=name)
@@ -85,8 +103,12 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
                 use_resource=True,
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
+        # Checkpoint layout: the inner optimizer (with its slots, see __dir__) under
+        # "base_optimizer", as TF's own MixedPrecisionLossScaleOptimizer has it; the manager's
+        # state under "loss_scale_manager"; the latest step's outcome under "last_step_applied".
         self._track_trackable(opt, "base_optimizer")
         self._track_trackable(loss_scale_manager, "loss_scale_manager")
+        self._track_trackable(self._last_step_applied, "last_step_applied")
 
     def __getattr__(self, attr: str) -> Any:
         # Only reached for attributes not found normally. Guard the names looked up before
@@ -97,6 +119,15 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
         if inner is None:
             raise AttributeError(attr)
         return getattr(inner, attr)
+
+    def __dir__(self) -> list[str]:
+        # tf.train.Checkpoint takes every tracked object whose dir() lists "get_slot_names" for a
+        # slot owner (tensorflow/python/checkpoint/util.py, serialize_slot_variables) and refuses
+        # a slot variable that two owners return. get_slot_names and get_slot answer for the inner
+        # optimizer (the vendor's API), whose slots the checkpoint already records under
+        # "base_optimizer"; leaving the name out of dir() says the wrapper owns no slots of its
+        # own, while the method stays callable.
+        return [name for name in super().__dir__() if name != "get_slot_names"]
 
     # ----- readable state ---------------------------------------------------------------------
 
@@ -259,9 +290,11 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
     # ----- the inner optimizer's bookkeeping --------------------------------------------------
 
     def get_slot(self, var: tf.Variable, name: str) -> tf.Variable | None:
+        """The inner optimizer's slot: the wrapper has none of its own (see ``__dir__``)."""
         return self._opt.get_slot(var, name)
 
     def get_slot_names(self) -> list[str]:
+        """The inner optimizer's slot names: the wrapper has none of its own."""
         return self._opt.get_slot_names()
 
     def variables(self) -> list[tf.Variable]:
