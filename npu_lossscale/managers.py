@@ -41,9 +41,7 @@ def _check_scale(name: str, value: object) -> float:
         raise ValueError(f"{name} must be a Python number >= 1; got {value!r}")
     number = float(value)
     if math.isnan(number) or math.isinf(number) or number < 1.0 or number > _FLOAT32_MAX:
-        raise ValueError(
-            f"{name} must be a finite number >= 1 that fits in float32; got {value!r}"
-        )
+        raise ValueError(f"{name} must be a finite number >= 1 that fits in float32; got {value!r}")
     return number
 
 
@@ -54,14 +52,24 @@ def _check_count(name: str, value: object) -> int:
 
 
 def _check_ratio(name: str, value: object, low: float, high: float | None) -> float:
-    """Ratios live in an open interval: incr_ratio in (1, inf), decr_ratio in (0, 1)."""
+    """Ratios live in an open interval: incr_ratio in (1, inf), decr_ratio in (0, 1).
+
+    The update multiplies in float32 (a tf.constant, or a float attribute of the fused op), so
+    the bounds must hold for the float32 value too: 1e50 would become inf there, and the scale
+    would silently stop growing (the ceiling rule keeps a scale whose increase is not finite);
+    1 + 1e-9 would become 1, and the scale would never grow.
+    """
     bounds = f"({low:g}, {'inf' if high is None else f'{high:g}'})"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a Python number in {bounds}; got {value!r}")
     number = float(value)
+    with np.errstate(over="ignore"):  # past float32's range is the case being checked for
+        stored = float(np.float32(number))
     top = math.inf if high is None else high
-    if not (low < number < top) or math.isinf(number):
-        raise ValueError(f"{name} must be a finite number in {bounds}; got {value!r}")
+    if not (low < number < top and low < stored < top):
+        raise ValueError(
+            f"{name} must be a finite number in {bounds}, also rounded to float32; got {value!r}"
+        )
     return number
 
 
@@ -88,9 +96,11 @@ def _state_variable(initial_value: object, dtype: tf.DType, name: str) -> tf.Var
 def _scale_tensor_for_fetching(scale: tf.Variable | float) -> tf.Tensor | None:
     """In a graph, the scale's value under the name 'loss_scale:0' that vendor scripts fetch.
 
-    Nothing in the step depends on a variable's read, so it costs nothing unless fetched; fetched
-    alongside a train op it reads the scale at an unspecified point of the step, as fetching
-    tf.contrib's reference variable did. None when running eagerly (no names to fetch by).
+    Built once, at the top level of the graph the state lives in, and returned by get_loss_scale
+    wherever that is equivalent (_reusable_here), so the step's loss scaling and unscaling use
+    this very read: fetched alongside a train op built there, it is the scale that step used.
+    A read costs nothing unless something runs it. None when running eagerly (no names to
+    fetch by, and an eager read is a value, not an op to reuse).
     """
     with tf.init_scope():
         if tf.executing_eagerly():
@@ -98,6 +108,24 @@ def _scale_tensor_for_fetching(scale: tf.Variable | float) -> tf.Tensor | None:
         if isinstance(scale, tf.Variable):
             return tf.identity(scale.read_value(), name=SCALE_TENSOR_NAME)
         return tf.constant(scale, dtype=tf.float32, name=SCALE_TENSOR_NAME)
+
+
+def _reusable_here(shared: tf.Tensor | None) -> bool:
+    """Whether ops built now may use ``shared``, a top-level read of the scale, as their read.
+
+    tf.contrib's get_loss_scale returned its variable, so scripts call it freely, the vendor's
+    guide once per training step; a new read op per call grows the graph every step and fails
+    once MonitoredTrainingSession has finalized it. The shared read is only equivalent to a new
+    one at the top level of the same classic graph. A v1 while_loop body, or a function graph
+    (tf.function, TF2 cond and while bodies), would take it as an input computed once outside,
+    stale after the first iteration; a replica under a distribution strategy reads its own copy
+    of the variable; and under tf.control_dependencies a new read would wait for them, where
+    the shared one does not.
+    """
+    if shared is None or not gating.classic_graph():
+        return False
+    graph = tf.compat.v1.get_default_graph()
+    return graph is shared.graph and not graph._current_control_dependencies()
 
 
 class LossScaleManager(tf.Module, abc.ABC):
@@ -171,9 +199,8 @@ class FixedLossScaleManager(LossScaleManager):
         self._graph_scale = _scale_tensor_for_fetching(self._loss_scale_value)
 
     def get_loss_scale(self) -> tf.Tensor:
-        graph_scale = self._graph_scale
-        if graph_scale is not None and graph_scale.graph is tf.compat.v1.get_default_graph():
-            return graph_scale
+        if _reusable_here(self._graph_scale):
+            return self._graph_scale
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
     def update_loss_scale(self, finite_grads: tf.Tensor | bool) -> tf.Operation | None:
@@ -243,7 +270,7 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         self._good_steps = _state_variable(0, tf.int32, GOOD_STEPS_VAR_NAME)
         self._bad_steps = _state_variable(0, tf.int32, BAD_STEPS_VAR_NAME)
         self._skips_at_floor = _state_variable(0, tf.int64, FLOOR_SKIPS_VAR_NAME)
-        _scale_tensor_for_fetching(self._loss_scale)
+        self._graph_scale = _scale_tensor_for_fetching(self._loss_scale)
 
     @property
     def variables(self) -> list[tf.Variable]:
@@ -264,6 +291,15 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         return self._max_loss_scale
 
     def get_loss_scale(self) -> tf.Tensor:
+        """The scale; in a TF1 graph one read per graph where that is safe (_reusable_here).
+
+        Sharing that read between the loss scaling, the unscaling and any fetch is sound: all
+        of them run before this step's update, which reads and writes the variable itself and
+        is ordered after them through the overflow flag, so they all see the same value. A
+        restored checkpoint is seen too: the read reads the variable every time it runs.
+        """
+        if _reusable_here(self._graph_scale):
+            return self._graph_scale
         return self._loss_scale.read_value()
 
     def update_loss_scale(self, finite_grads: tf.Tensor | bool) -> tf.Operation | None:
@@ -300,9 +336,7 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         shrunk = tf.maximum(floor, scale * tf.constant(self._decr_ratio, tf.float32))
 
         zero = tf.zeros_like(good)
-        new_scale = tf.where(
-            finite, tf.where(grow, grown, scale), tf.where(shrink, shrunk, scale)
-        )
+        new_scale = tf.where(finite, tf.where(grow, grown, scale), tf.where(shrink, shrunk, scale))
         new_good = tf.where(tf.logical_and(finite, tf.logical_not(grow)), good + 1, zero)
         new_bad = tf.where(finite, tf.where(grow, zero, bad), tf.where(shrink, zero, bad + 1))
         skipped_at_floor = tf.logical_and(tf.logical_not(finite), scale <= floor)

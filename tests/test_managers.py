@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -13,6 +17,9 @@ from npu_lossscale.managers import (
     LossScaleManager,
 )
 from npu_lossscale.modes import OverflowMode
+from npu_lossscale.optimizer import NPULossScaleOptimizer
+
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 # (init_loss_scale, hyper-parameters, probability that a step is finite)
 HYPER_SETS = {
@@ -245,6 +252,116 @@ def test_non_boolean_finite_flag_is_rejected():
         manager.update_loss_scale(tf.constant(1.0))
 
 
+# ---- get_loss_scale in TF1 graphs: one read per graph, where that is equivalent ------------
+
+
+def _manager(kind: str) -> LossScaleManager:
+    if kind == "fixed":
+        return FixedLossScaleManager(1024)
+    return ExponentialUpdateLossScaleManager(1024, 1000)
+
+
+@pytest.mark.parametrize("kind", ["exponential", "fixed"])
+def test_get_loss_scale_adds_no_ops_after_the_first(kind):
+    # tf.contrib's get_loss_scale returned its variable, so scripts call it as often as they
+    # like; the vendor's guide calls it once per training step.
+    g = tf.Graph()
+    with g.as_default():
+        weights = tf.compat.v1.get_variable("w", initializer=1.0)
+        manager = _manager(kind)
+        opt = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), manager)
+        opt.minimize(weights * weights)
+        first = manager.get_loss_scale()
+        n_ops = len(g.get_operations())
+        reads = [read() for _ in range(50) for read in (manager.get_loss_scale, opt.get_loss_scale)]
+        reads += [opt.loss_scale for _ in range(50)]
+        assert len(g.get_operations()) == n_ops
+    assert all(read is first for read in reads)
+    assert first.name == "loss_scale:0"
+
+
+def test_vendor_loop_reads_the_scale_every_step_of_a_finalized_graph():
+    # The vendor guide's loop, sess.run([manager.get_loss_scale(), train_op]), inside
+    # MonitoredTrainingSession, which finalizes the graph. The scale fetched with a step is the
+    # one that step trained with, through overflows (x = inf) that lower it and runs of clean
+    # steps that raise it.
+    hyper = dict(incr_every_n_steps=2, decr_every_n_nan_or_inf=1, incr_ratio=2, decr_ratio=0.5)
+    steps = [True, True, True, False, True, False, False, True, True, True, True]
+    expected = reference_run(1024, steps, **hyper)
+    g = tf.Graph()
+    with g.as_default():
+        weights = tf.compat.v1.get_variable("w", initializer=1.0)
+        x = tf.compat.v1.placeholder(tf.float32, [])
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        manager = ExponentialUpdateLossScaleManager(1024, **hyper, overflow_mode="inf_nan")
+        opt = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), manager)
+        train_op = opt.minimize(weights * x, global_step=global_step)
+        fetched = []
+        with tf.compat.v1.train.MonitoredTrainingSession(log_step_count_steps=None) as sess:
+            assert g.finalized
+            for finite in steps:
+                feed = {x: 1.0 if finite else np.inf}
+                scale, _ = sess.run([manager.get_loss_scale(), train_op], feed)
+                fetched.append(scale)
+            final_scale, final_step = sess.run([opt.loss_scale, global_step])
+    assert fetched == [np.float32(1024)] + [state.scale for state in expected[:-1]]
+    assert len(set(fetched)) > 2  # the scale did move both ways
+    assert final_scale == expected[-1].scale
+    assert final_step == steps.count(True)
+
+
+def test_a_read_under_control_dependencies_gets_its_own_op_and_waits_for_them():
+    g = tf.Graph()
+    with g.as_default():
+        manager = ExponentialUpdateLossScaleManager(8, 1)  # doubles on every clean step
+        shared = manager.get_loss_scale()
+        update = manager.update_loss_scale(True)
+        with tf.control_dependencies([update]):
+            after = manager.get_loss_scale()
+        with tf.control_dependencies(None):  # no dependencies: the shared read will do
+            assert manager.get_loss_scale() is shared
+        assert after is not shared
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            assert [sess.run(after) for _ in range(3)] == [16.0, 32.0, 64.0]
+            assert sess.run(shared) == 64.0
+
+
+@pytest.mark.parametrize("control_flow_v2", [False, True], ids=["v1-while", "v2-while"])
+def test_a_read_inside_a_while_loop_is_taken_every_iteration(control_flow_v2):
+    # Ascend's iterations_per_loop runs the train op in a while_loop: each iteration must read
+    # the scale the previous one left, not a value read once before the loop.
+    was_v2 = tf.compat.v1.control_flow_v2_enabled()
+    if control_flow_v2:
+        tf.compat.v1.enable_control_flow_v2()
+    else:
+        tf.compat.v1.disable_control_flow_v2()
+    try:
+        g = tf.Graph()
+        with g.as_default():
+            manager = ExponentialUpdateLossScaleManager(8, 1)  # doubles on every clean step
+            shared = manager.get_loss_scale()
+
+            def body(i, total):
+                scale = manager.get_loss_scale()
+                assert scale is not shared
+                with tf.control_dependencies([scale]):
+                    update = manager.update_loss_scale(True)
+                with tf.control_dependencies([update]):
+                    return i + 1, total + scale
+
+            _, total = tf.compat.v1.while_loop(lambda i, _: i < 3, body, [0, 0.0])
+            with tf.compat.v1.Session(graph=g) as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                assert sess.run(total) == 8.0 + 16.0 + 32.0
+                assert sess.run(shared) == 64.0
+    finally:
+        if was_v2:
+            tf.compat.v1.enable_control_flow_v2()
+        else:
+            tf.compat.v1.disable_control_flow_v2()
+
+
 # ---- variables and checkpoints -------------------------------------------------------------
 
 
@@ -335,9 +452,12 @@ def test_saver_round_trip_continues_from_restored_state(tmp_path):
         manager = ExponentialUpdateLossScaleManager(1024, **hyper)
         finite = tf.compat.v1.placeholder(tf.bool, [])
         update = manager.update_loss_scale(finite)
+        scale = manager.get_loss_scale()  # taken before the restore, and read again after it
         saver = tf.compat.v1.train.Saver()
+        g2.finalize()  # as MonitoredTrainingSession does: reading the state must add no ops
         with tf.compat.v1.Session(graph=g2) as sess:
             saver.restore(sess, path)
+            assert sess.run(scale) == expected_saved.scale
             state = _graph_state(sess, manager)
             assert state == expected_saved
             for i, step in enumerate(after):
@@ -382,38 +502,57 @@ def test_vendor_faq_hook_fetches_the_scale_by_name():
     assert hook.printed[-1] == "loss scale value=32"
 
 
+def _readme_gpu_checkpoint_recipe() -> str:
+    """The README's code for restoring a GPU checkpoint, so that the test runs what users copy."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+    [recipe] = [block for block in blocks if "restore(sess, gpu_checkpoint)" in block]
+    return textwrap.dedent(recipe)
+
+
+def _square_loss(weights: tf.Variable) -> tf.Tensor:
+    return tf.reduce_sum(weights * weights)
+
+
 def test_gpu_checkpoint_restores_with_a_name_map(tmp_path):
-    # What the original GPU script saved: tf.contrib's reference variables loss_scale, good_steps
-    # and bad_steps, next to the model. The README's recipe maps those names onto the port's.
+    # What the original GPU script saved after a few steps: its model, Adam's slots, the global
+    # step, and tf.contrib's reference variables loss_scale, good_steps and bad_steps. The port
+    # builds its whole train op (manager, NPULossScaleOptimizer, minimize), which adds variables
+    # the GPU run never had, then follows the README's recipe verbatim.
     path = str(tmp_path / "gpu.ckpt")
     gpu = tf.Graph()
     with gpu.as_default():
         weights = tf.compat.v1.get_variable("w", initializer=[1.5, -2.0], use_resource=False)
-        contrib_state = [
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        gpu_opt = tf.compat.v1.train.AdamOptimizer(0.1)
+        gpu_train_op = gpu_opt.minimize(_square_loss(weights), global_step=global_step)
+        for name, value in (("loss_scale", 4096.0), ("good_steps", 7), ("bad_steps", 1)):
             tf.compat.v1.Variable(value, name=name, trainable=False, use_resource=False)
-            for name, value in (("loss_scale", 4096.0), ("good_steps", 7), ("bad_steps", 1))
-        ]
         with tf.compat.v1.Session(graph=gpu) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
-            tf.compat.v1.train.Saver([weights, *contrib_state]).save(sess, path)
+            for _ in range(3):
+                sess.run(gpu_train_op)
+            saved_weights, saved_m = sess.run([weights, gpu_opt.get_slot(weights, "m")])
+            tf.compat.v1.train.Saver().save(sess, path)
 
     ported = tf.Graph()
     with ported.as_default():
         weights = tf.compat.v1.get_variable("w", initializer=[0.0, 0.0])
+        global_step = tf.compat.v1.train.get_or_create_global_step()
         manager = ExponentialUpdateLossScaleManager(2**32, 1000)
-        # The recipe, as in the README:
-        names = {
-            v.op.name: v
-            for v in tf.compat.v1.global_variables()
-            if not v.op.name.startswith("loss_scale_")  # counters the GPU run did not have
-        }
-        names["loss_scale"] = names.pop("current_loss_scale")
+        opt = NPULossScaleOptimizer(tf.compat.v1.train.AdamOptimizer(0.1), manager)
+        train_op = opt.minimize(_square_loss(weights), global_step=global_step)
         with tf.compat.v1.Session(graph=ported) as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            tf.compat.v1.train.Saver(names).restore(sess, path)
-            assert sess.run(weights).tolist() == [1.5, -2.0]
-            assert sess.run(_state_vars(manager)[:3]) == [4096.0, 7, 1]
+            recipe = {"tf": tf, "sess": sess, "gpu_checkpoint": path}
+            exec(_readme_gpu_checkpoint_recipe(), recipe)
+            assert sess.run(weights).tolist() == saved_weights.tolist()
+            assert sess.run(opt.get_slot(weights, "m")).tolist() == saved_m.tolist()
+            assert sess.run(global_step) == 3
+            assert sess.run(_state_vars(manager)) == [4096.0, 7, 1, 0]
             assert sess.run("loss_scale:0") == 4096.0
+            # Training goes on from the GPU run's state, at its scale.
+            used_scale, _ = sess.run([opt.loss_scale, train_op])
+            assert used_scale == 4096.0
+            assert sess.run([global_step, *_state_vars(manager)[1:]]) == [4, 8, 1, 0]
 
 
 def test_tf_train_checkpoint_round_trip(tmp_path):
@@ -557,15 +696,21 @@ BAD_EXP = [
     ("incr_ratio", dict(incr_ratio=0.5)),
     ("incr_ratio", dict(incr_ratio=float("inf"))),
     ("incr_ratio", dict(incr_ratio=float("nan"))),
+    ("incr_ratio", dict(incr_ratio=1e50)),  # inf in float32, where the update multiplies
+    ("incr_ratio", dict(incr_ratio=1 + 1e-9)),  # 1 in float32: the scale would never grow
     ("decr_ratio", dict(decr_ratio=0)),
     ("decr_ratio", dict(decr_ratio=1)),
     ("decr_ratio", dict(decr_ratio=1.5)),
     ("decr_ratio", dict(decr_ratio=-0.5)),
     ("decr_ratio", dict(decr_ratio=float("nan"))),
+    ("decr_ratio", dict(decr_ratio=1 - 1e-9)),  # 1 in float32: the scale would never shrink
+    ("decr_ratio", dict(decr_ratio=1e-50)),  # 0 in float32
     ("min_loss_scale", dict(min_loss_scale=0.5)),
     ("min_loss_scale", dict(min_loss_scale=float("inf"))),
+    ("min_loss_scale", dict(min_loss_scale=1e39)),
     ("max_loss_scale", dict(max_loss_scale=0.9)),
     ("max_loss_scale", dict(max_loss_scale=float("nan"))),
+    ("max_loss_scale", dict(max_loss_scale=1e39)),
     ("max_loss_scale", dict(min_loss_scale=64, max_loss_scale=32)),
     ("min_loss_scale", dict(min_loss_scale=64, max_loss_scale=32)),
     ("min_loss_scale", dict(init_loss_scale=16, min_loss_scale=32)),
@@ -582,6 +727,15 @@ def test_exponential_rejects_bad_arguments(arg, kwargs):
         ExponentialUpdateLossScaleManager(**{**GOOD_EXP, **kwargs})
     assert arg in str(err.value)
     assert repr(kwargs[arg]) in str(err.value)
+
+
+def test_ratios_at_the_ends_of_float32_are_accepted():
+    top = float(np.finfo(np.float32).max)
+    manager = ExponentialUpdateLossScaleManager(
+        1024, 1, 1, incr_ratio=top, decr_ratio=float(np.finfo(np.float32).tiny)
+    )
+    # An increase past float32's range keeps the scale; the decrease stops at the floor.
+    assert _run_eager(manager, [True, False]) == [(1024.0, 0, 0, 0), (1.0, 0, 0, 1)]
 
 
 def test_tensor_hyper_parameters_are_rejected():
