@@ -163,7 +163,8 @@ def unscale_with_status(
     wanted = any(_fused_candidate(g) for g in grads) and not kernels.in_xla_context()
     ops = kernels.fused_ops() if wanted else None
     if ops is None:
-        return unscale(grads, loss_scale), overflow_status(grads, mode, 1.0)
+        unscaled = unscale(grads, loss_scale)
+        return unscaled, _pass_status(grads, unscaled, mode, loss_scale)
     scale = tf.cast(loss_scale, tf.float32)
     saturation = mode is OverflowMode.SATURATION
     # Gradients the op does not take (IndexedSlices, half precision) go the pure-TF way.
@@ -171,13 +172,28 @@ def unscale_with_status(
     result = unscale(rest, scale)
     statuses = []
     if any(g is not None for g in rest):
-        statuses.append(overflow_status(rest, mode, 1.0))
+        statuses.append(_pass_status(rest, result, mode, scale))
     for i, grad in enumerate(grads):
         if _fused_candidate(grad):
             result[i], status = ops.npu_unscale_and_check(grad, scale, saturation=saturation)
             statuses.append(status)
     status = statuses[0] if len(statuses) == 1 else tf.reduce_max(tf.stack(statuses))
     return result, status
+
+
+def _pass_status(
+    scaled: Sequence[Gradient],
+    unscaled: Sequence[Gradient],
+    mode: OverflowMode,
+    loss_scale: tf.Tensor | float,
+) -> tf.Tensor:
+    """A backward pass's status on the pure-TF path. Saturation needs the scaled values (see
+    ``unscale_with_status``); inf/NaN is the same question for either, and asking it of the
+    unscaled ones leaves the scaled gradient a single consumer, the multiply, which can then
+    write in place."""
+    if mode is OverflowMode.SATURATION:
+        return overflow_status(scaled, mode, 1.0)
+    return overflow_status([u for u in unscaled if u is not None], mode, loss_scale)
 
 
 # How far back apply_gradients looks for the gradients compute_gradients returned, when it was
