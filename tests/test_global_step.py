@@ -11,6 +11,14 @@ from cli_runner import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "migrator" / "bert"
 MOVE, MANUAL = "global-step-move", "global-step-manual"
+# An optimizer class whose apply_gradients can take the increment, for the sharing cases.
+SHARED_OPTIMIZER = (
+    "import tensorflow as tf\n\n\n"
+    "class Shared(tf.train.Optimizer):\n"
+    "    def apply_gradients(self, grads_and_vars, global_step=None, name=None):\n"
+    "        ops = [v.assign_sub(g) for g, v in grads_and_vars]\n"
+    "        return tf.group(*ops, name=name)\n"
+)
 
 
 def _copy(tmp_path: Path, *names: str) -> Path:
@@ -218,13 +226,7 @@ def test_shared_class_moves_all_or_nothing(tmp_path):
     """One class used by a movable function and by one that is not: nothing changes anywhere."""
     src = tmp_path / "src"
     src.mkdir()
-    (src / "opt.py").write_text(
-        "import tensorflow as tf\n\n\n"
-        "class Shared(tf.train.Optimizer):\n"
-        "    def apply_gradients(self, grads_and_vars, global_step=None, name=None):\n"
-        "        ops = [v.assign_sub(g) for g, v in grads_and_vars]\n"
-        "        return tf.group(*ops, name=name)\n"
-    )
+    (src / "opt.py").write_text(SHARED_OPTIMIZER)
     body = (
         "    global_step = tf.train.get_or_create_global_step()\n"
         "    opt = tf.contrib.mixed_precision.LossScaleOptimizer(Shared(False, 's'), manager)\n"
@@ -256,11 +258,7 @@ def test_class_shared_with_a_function_that_steps_without_loss_scaling(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     (src / "opt.py").write_text(
-        "import tensorflow as tf\n\n\n"
-        "class Shared(tf.train.Optimizer):\n"
-        "    def apply_gradients(self, grads_and_vars, global_step=None, name=None):\n"
-        "        ops = [v.assign_sub(g) for g, v in grads_and_vars]\n"
-        "        return tf.group(*ops, name=name)\n\n\n"
+        SHARED_OPTIMIZER + "\n\n"
         "def fp16(loss, global_step):\n"
         "    manager = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
         "    opt = tf.contrib.mixed_precision.LossScaleOptimizer(Shared(False, 'a'), manager)\n"
