@@ -141,11 +141,12 @@ def _decide(test: cst.BaseExpression, in_else: bool, canonical: Canonical) -> De
         value = _negated(test)
         return value, f"it is built in the multi-worker `else` branch of `if {code}:`"
     # A conjunction (`if use_hvd and hvd.size() > 1:`): in its body every part holds.
-    directions = [size_test_direction(c, canonical) for c in _conjuncts(test)]
+    parts = _conjuncts(test)
+    directions = [size_test_direction(c, canonical) for c in parts]
     if 1 in directions:
         if in_else:
             return None, f"it is built in the `else` branch of `if {code}:`"
-        multi = _conjuncts(test)[directions.index(1)]
+        multi = parts[directions.index(1)]
         return multi.deep_clone(), f"the enclosing `if` tests the world size ({_code(multi)})"
     if -1 in directions and not in_else:
         return None, f"it is built in the single-worker branch of `if {code}:`"
