@@ -145,10 +145,10 @@ def unscale_with_status(
 ) -> tuple[list[Gradient], tf.Tensor]:
     """``unscale`` and the backward pass's overflow status, in one pass where possible.
 
-    The status is decided on the *scaled* gradients, as the backward pass produced them: that is
+    Saturation is decided on the *scaled* gradients, as the backward pass produced them: that is
     what the chip saturates, and a value clamped to 65504 does not always come back as 65504 from
     ``unscaled * scale`` (with a scale of 100 it is 65503.996). The scale is at least 1, so the
-    unscaled values are inf or NaN exactly when the scaled ones are.
+    unscaled values are inf or NaN exactly when the scaled ones are, and either may be asked.
 
     Dense float32 gradients go through the fused CPU op (``npu_lossscale.kernels``), which reads
     each element once instead of twice; the others (IndexedSlices, half precision) and every

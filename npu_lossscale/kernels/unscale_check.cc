@@ -8,6 +8,7 @@
 // The rule is the one npu_lossscale.overflow.unscale_with_status applies on its pure-TF path, to
 // the *scaled* gradient g as the backward pass produced it, so both paths agree bit for bit:
 //   overflow iff some g is inf or NaN, or (saturation) max|g| >= 65504.
+// (That path asks the inf/NaN question of u in INF_NAN mode: the same answer, see below.)
 // Testing g rather than u = g * (1/scale) matters: a value the chip clamped to 65504 comes back
 // from u * scale as 65503.996 for many scales (100, 0.8**k * 2**15), and would pass. The scale is
 // at least 1, so u is inf or NaN exactly when g is.
