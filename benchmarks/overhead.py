@@ -25,10 +25,16 @@ unscales and checks in one pass that costs what the multiply alone does.
 Because the machine is shared, each round's overheads are taken against the bare run of the same
 round; the ratio printed is the median of ours over the median of TensorFlow's, with a 95%
 bootstrap interval over rounds that shows how much this run's noise could have moved it. The
-per-round figures spread widely on a busy 2-core machine, so the default takes 120 rounds (about
-two and a half minutes).
+per-round figures spread widely on a busy 2-core machine, so the default takes 160 rounds.
 
-    .venv/bin/python benchmarks/overhead.py [--steps N] [--rounds N] [--width N] [--batch N]
+A session also has a speed of its own: where its variables, slots and gradients land in memory
+shifts its step time by up to 0.2 ms for as long as it lives (two sessions of the very same
+configuration differ that much), which is a tenth of the ratio and invisible to an interval over
+rounds. So every configuration is built ``--layouts`` times and round r runs layout r mod K of
+each; the ratio per layout is printed too, to show how far one layout alone would have moved it.
+
+    .venv/bin/python benchmarks/overhead.py [--steps N] [--rounds N] [--layouts K]
+                                            [--width N] [--depth N] [--batch N]
 """
 
 from __future__ import annotations
@@ -147,60 +153,75 @@ def time_steps(session, train_op, steps: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="steps per timed run")
-    parser.add_argument("--rounds", type=int, default=120, help="round-robin rounds")
+    parser.add_argument("--rounds", type=int, default=160, help="round-robin rounds")
+    parser.add_argument("--layouts", type=int, default=4, help="sessions built per configuration")
     parser.add_argument("--width", type=int, default=1024, help="hidden layer width")
     parser.add_argument("--depth", type=int, default=3, help="hidden layers")
     parser.add_argument("--batch", type=int, default=8, help="batch size")
     args = parser.parse_args()
+    for flag in ("steps", "rounds", "layouts", "width", "depth", "batch"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag} must be at least 1, got {getattr(args, flag)}")
 
     started = time.perf_counter()
     if kernels.fused_ops() is None:
         print(f"fused op unavailable ({kernels.unavailable_reason()}): ours-fused-* = ours-tf-*")
     else:
         print(f"fused op ready in {time.perf_counter() - started:.1f} s (compiled on first use)")
-    built = {c: build(c, args.width, args.depth, args.batch) for c in CONFIGS}
-    params = built["bare"][2]
+    # Layout by layout, so that each configuration's sessions are spread through memory.
+    built: dict[str, list] = {c: [] for c in CONFIGS}
+    for _ in range(args.layouts):
+        for config in CONFIGS:
+            built[config].append(build(config, args.width, args.depth, args.batch))
+    params = built["bare"][0][2]
     print(
         f"model: {args.depth} dense layers of {args.width}, {params / 1e6:.2f}M parameters, "
-        f"batch {args.batch}; {args.rounds} rounds x {args.steps} steps, interleaved"
+        f"batch {args.batch}; {args.rounds} rounds x {args.steps} steps, interleaved, "
+        f"{args.layouts} layouts"
     )
-    for session, train_op, _ in built.values():
-        time_steps(session, train_op, 5)  # warm-up: graph optimisation, allocations
+    for sessions in built.values():
+        for session, train_op, _ in sessions:
+            time_steps(session, train_op, 5)  # warm-up: graph optimisation, allocations
     samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
     for round_ in range(args.rounds):
         # Each round starts one configuration later, so none always runs right after bare.
         shift = round_ % len(CONFIGS)
         for config in CONFIGS[shift:] + CONFIGS[:shift]:
-            session, train_op, _ = built[config]
+            session, train_op, _ = built[config][round_ % args.layouts]
             samples[config].append(time_steps(session, train_op, args.steps))
 
     median = {c: statistics.median(samples[c]) for c in CONFIGS}
     for config in CONFIGS:
         print(f"  {config:<22} median step {median[config] * 1e3:8.3f} ms")
 
-    def overheads(config: str) -> list[float]:
-        return [t - bare for t, bare in zip(samples[config], samples["bare"])]
+    def overheads(config: str) -> np.ndarray:
+        return np.array(samples[config]) - np.array(samples["bare"])
 
     tf_overheads = overheads("tensorflow")
-    print(f"  TensorFlow's overhead over bare: {statistics.median(tf_overheads) * 1e3:.3f} ms/step")
+    print(f"  TensorFlow's overhead over bare: {np.median(tf_overheads) * 1e3:.3f} ms/step")
 
     resamples = np.random.default_rng(0).integers(0, args.rounds, (2000, args.rounds))
+    layout_of_round = np.arange(args.rounds) % args.layouts
 
     def summary(config: str) -> str:
-        """Median overhead, its ratio to TensorFlow's, and a 95% interval for that ratio.
+        """Median overhead, its ratio to TensorFlow's, a 95% interval, and the ratio per layout.
 
         The interval resamples whole rounds (ours and TensorFlow's from the same rounds), so it
         says how far this run's noise could have moved the ratio: a target is met with confidence
         only when the interval's upper end is below it.
         """
-        ours = np.array(overheads(config))
-        theirs = np.array(tf_overheads)
-        ratio = np.median(ours) / np.median(theirs)
-        spread = np.median(ours[resamples], axis=1) / np.median(theirs[resamples], axis=1)
+        ours = overheads(config)
+        ratio = np.median(ours) / np.median(tf_overheads)
+        spread = np.median(ours[resamples], axis=1) / np.median(tf_overheads[resamples], axis=1)
         low, high = np.percentile(spread, [2.5, 97.5])
+        per_layout = [
+            np.median(ours[layout_of_round == k]) / np.median(tf_overheads[layout_of_round == k])
+            for k in range(min(args.layouts, args.rounds))
+        ]
         return (
             f"overhead {np.median(ours) * 1e3:6.3f} ms/step, "
-            f"ratio to TensorFlow's {ratio:.2f} (95% interval {low:.2f}-{high:.2f})"
+            f"ratio to TensorFlow's {ratio:.2f} (95% interval {low:.2f}-{high:.2f}; "
+            f"per layout {' '.join(f'{r:.2f}' for r in per_layout)})"
         )
 
     print(f"  floor: unscale only, no check, no skip   {summary('unscale-only')}")
@@ -209,8 +230,9 @@ def main() -> None:
         for mode in MODES:
             print(f"  ours {path:<5} {mode:<10}                {summary(f'ours-{path}-{mode}')}")
     print("  target: ratio <= 0.6 in both modes")
-    for session, _, _ in built.values():
-        session.close()
+    for sessions in built.values():
+        for session, _, _ in sessions:
+            session.close()
 
 
 if __name__ == "__main__":
