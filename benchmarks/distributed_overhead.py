@@ -89,8 +89,10 @@ def main() -> None:
             raise SystemExit(f"{name}: {skipped} steps overflowed; not a like-for-like comparison")
 
     medians = {name: statistics.median(values) for name, values in times.items()}
-    print(f"MirroredStrategy over {len(devices)} logical CPU devices, {args.width}x{args.width} "
-          f"kernel, {args.steps} interleaved steps per variant")
+    print(
+        f"MirroredStrategy over {len(devices)} logical CPU devices, {args.width}x{args.width} "
+        f"kernel, {args.steps} interleaved steps per variant"
+    )
     for name, value in medians.items():
         print(f"  {name:18s} median {value * 1e3:8.3f} ms/step")
     ratio = medians["all-reduced check"] / medians["local check"]

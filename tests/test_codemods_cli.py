@@ -206,8 +206,7 @@ def test_every_is_distributed_choice_has_its_reason(ported: dict) -> None:
         if f["rule"] == "contrib-optimizer"
     }
     assert messages[10].endswith(
-        "no is_distributed because it is built in the single-worker branch of "
-        "`if hvd.size() == 1:`"
+        "no is_distributed because it is built in the single-worker branch of `if hvd.size() == 1:`"
     )
     assert messages[12].endswith(
         "is_distributed=hvd.size() != 1 because it is built in the multi-worker `else` branch "

@@ -38,7 +38,10 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     process = subprocess.Popen(
         [sys.executable, str(WORKER), str(out)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         output, _ = process.communicate(timeout=SCENARIO_TIMEOUT_S)

@@ -26,6 +26,7 @@ from npu_lossscale import ExponentialUpdateLossScaleManager
 WORKER = Path(__file__).parent / "workers" / "multiworker_worker.py"
 JOB_TIMEOUT_S = 150
 
+
 def _free_ports(count: int) -> list[int]:
     sockets = []
     try:
@@ -51,7 +52,10 @@ def _run_job(out_dir: Path, extra: dict[int, list[str]] | None = None) -> list[t
             command += (extra or {}).get(index, [])
             processes.append(
                 subprocess.Popen(
-                    command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    command,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
                     text=True,
                 )
             )

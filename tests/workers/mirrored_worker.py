@@ -74,7 +74,10 @@ def _function_scenario(devices: list[str], mode: str, schedule: list[int | None]
     with strategy.scope():
         weights = tf.Variable(training.INITIAL_WEIGHTS, name="w")
         global_step = tf.Variable(
-            0, dtype=tf.int64, trainable=False, name="global_step",
+            0,
+            dtype=tf.int64,
+            trainable=False,
+            name="global_step",
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
         manager = training.make_manager(mode)

@@ -49,10 +49,17 @@ def main() -> int:
     try:
         for mode in ("inf_nan", "saturation"):
             report["modes"][mode] = _run_mode(tf, training, strategy, mode, args)
-    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-            tf.errors.CancelledError, tf.errors.InternalError) as error:
-        report["error"] = {"type": type(error).__name__, "message": error.message[:2000],
-                           "at": time.time()}
+    except (
+        tf.errors.UnavailableError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.CancelledError,
+        tf.errors.InternalError,
+    ) as error:
+        report["error"] = {
+            "type": type(error).__name__,
+            "message": error.message[:2000],
+            "at": time.time(),
+        }
         _dump(report, out_file)
         return 2
     _dump(report, out_file)
@@ -63,7 +70,10 @@ def _run_mode(tf, training, strategy, mode: str, args: argparse.Namespace) -> di
     with strategy.scope():
         weights = tf.Variable(training.INITIAL_WEIGHTS, name=f"w_{mode}")
         global_step = tf.Variable(
-            0, dtype=tf.int64, trainable=False, name=f"global_step_{mode}",
+            0,
+            dtype=tf.int64,
+            trainable=False,
+            name=f"global_step_{mode}",
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
         manager = training.make_manager(mode)
@@ -90,8 +100,10 @@ def _run_mode(tf, training, strategy, mode: str, args: argparse.Namespace) -> di
         )
         last_checkpoint = checkpoint.write(f"{prefix}-{number}")
         # Tells the test which checkpoint is this worker's last good one, even if a step fails.
-        _dump({"mode": mode, "step": number, "checkpoint": last_checkpoint},
-              os.path.join(args.out_dir, f"worker{args.index}.progress.json"))
+        _dump(
+            {"mode": mode, "step": number, "checkpoint": last_checkpoint},
+            os.path.join(args.out_dir, f"worker{args.index}.progress.json"),
+        )
         if args.die_after_step == number:
             os._exit(3)  # a crash: no clean-up, no goodbye to the peer
     return {"records": records, "checkpoint": last_checkpoint}
