@@ -278,6 +278,27 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
     ) -> Any:
         """Apply the gradients (and increment ``global_step``) only if the step is clean."""
         grads_and_vars = tuple(grads_and_vars)
+        if tf.executing_eagerly():
+            return self._apply(grads_and_vars, global_step, name)
+        # Every TF1 optimizer lists its train op in the TRAIN_OP collection, which is how a graph
+        # resumed with import_meta_graph finds it again. The inner optimizer has listed its own
+        # by now: gated, but without the scale update, so a resumed run would never change its
+        # scale. The wrapper's op, the whole step, takes its place.
+        listed = tf.compat.v1.get_collection_ref(tf.compat.v1.GraphKeys.TRAIN_OP)
+        before = list(listed)
+        train_op = self._apply(grads_and_vars, global_step, name)
+        op = train_op.op if isinstance(train_op, tf.Tensor) else train_op
+        listed[:] = [entry for entry in listed if any(entry is b for b in before)]
+        if isinstance(op, tf.Operation) and not any(entry is op for entry in listed):
+            listed.append(op)
+        return train_op
+
+    def _apply(
+        self,
+        grads_and_vars: tuple[tuple[Any, tf.Variable], ...],
+        global_step: tf.Variable | None,
+        name: str | None,
+    ) -> Any:
         # Inside a strategy's replica function the decision has to be taken in cross-replica
         # context even for is_distributed=False (one replica), so that path goes there too.
         if self._is_distributed or distributed.in_strategy_replica_context():

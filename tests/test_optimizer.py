@@ -244,6 +244,31 @@ def test_dynamic_manager_lowers_the_scale_on_overflow():
             assert sess.run(opt.skipped_steps) == 5
 
 
+def test_train_op_collection_lists_the_whole_step_not_the_inner_one():
+    # A graph resumed with import_meta_graph finds its train op in GraphKeys.TRAIN_OP, as the
+    # bare optimizer leaves it there. The inner optimizer's own entry would apply steps but never
+    # update the scale: running what the collection holds must lower it on an overflow.
+    graph = tf.Graph()
+    with graph.as_default():
+        earlier = tf.no_op(name="listed_by_the_user")
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP, earlier)
+        w = tf.compat.v1.get_variable("w", [3], initializer=tf.compat.v1.ones_initializer())
+        k = tf.compat.v1.placeholder_with_default(1.0, [])
+        step = tf.compat.v1.train.get_or_create_global_step()
+        manager = nl.ExponentialUpdateLossScaleManager(2.0**10, 1000, decr_every_n_nan_or_inf=1)
+        opt = nl.NPULossScaleOptimizer(tf.compat.v1.train.AdamOptimizer(0.1), manager)
+        train = opt.minimize(k * tf.reduce_sum(w), global_step=step)
+        listed = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.TRAIN_OP)
+        assert listed == [earlier, train]
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(listed[-1], {k: np.inf})
+            assert sess.run([opt.loss_scale, step]) == [np.float32(2.0**10 * 0.8), 0]
+            sess.run(listed[-1])
+            assert sess.run(step) == 1
+            assert bool(sess.run(opt.last_step_applied))
+
+
 def test_bad_arguments_are_rejected():
     graph = tf.Graph()
     with graph.as_default():
