@@ -4,6 +4,7 @@ One import line is all a ported script changes; everything else reads as in the 
 """
 
 from npu_lossscale.hooks import LossScaleLoggingHook
+from npu_lossscale.kernels import register_ops
 from npu_lossscale.managers import (
     ExponentialUpdateLossScaleManager,
     FixedLossScaleManager,
@@ -19,5 +20,6 @@ __all__ = [
     "LossScaleManager",
     "NPULossScaleOptimizer",
     "OverflowMode",
+    "register_ops",
 ]
 __version__ = "0.1.0"

@@ -267,6 +267,10 @@ def test_build_failure_warns_once_and_falls_back(tmp_path):
                                                        "inf_nan")
             print("RESULT", out[0].numpy().tolist(), float(status))
         print("REASON", kernels.unavailable_reason())
+        try:
+            kernels.register_ops()
+        except RuntimeError as error:
+            print("REGISTER", error)
         """
     )
     env = dict(os.environ, CXX=str(tmp_path / "no-such-compiler"))
@@ -282,6 +286,90 @@ def test_build_failure_warns_once_and_falls_back(tmp_path):
     assert "pure-TF" in warnings[0] and "no-such-compiler" in warnings[0]
     assert done.stdout.count("RESULT [1.0, inf] 1.0") == 2
     assert "REASON" in done.stdout and "no-such-compiler" in done.stdout
+    register = [line for line in done.stdout.splitlines() if line.startswith("REGISTER")]
+    assert len(register) == 1 and "no-such-compiler" in register[0], done.stdout
+    assert "NPU_LOSSSCALE_FUSED=0" in register[0]
+
+
+RESUME = """
+import sys
+import numpy as np
+import tensorflow as tf
+import npu_lossscale as nl
+
+tf.compat.v1.disable_eager_execution()
+prefix = sys.argv[1]
+nl.register_ops()
+saver = tf.compat.v1.train.import_meta_graph(prefix + ".meta")
+(train_op,) = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.TRAIN_OP)
+fetch = [f"fetch_{name}:0" for name in ("w", "scale", "skipped")]
+with tf.compat.v1.Session() as sess:
+    saver.restore(sess, prefix)
+    sess.run(train_op)
+    w, scale, skipped = sess.run(fetch)
+    step = sess.run(tf.compat.v1.train.get_global_step())
+    print("RESUMED", np.asarray(w, np.float32).view(np.uint32).tolist(), float(scale),
+          int(skipped), int(step))
+"""
+
+
+def test_graph_saved_with_the_ops_resumes_in_a_fresh_process(ops, tmp_path):
+    # The TF1 resume pattern: import_meta_graph in a new process, train op from TRAIN_OP. The
+    # saved graph names both fused ops, so they must be registered there first (import alone
+    # does not build them).
+    import npu_lossscale as nl
+
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", [64], initializer=tf.ones_initializer())
+        overflow_now = tf.compat.v1.placeholder_with_default(False, [])
+        grad_scale = tf.where(overflow_now, float("inf"), 1.0)
+        loss = tf.reduce_sum(w * w) * grad_scale
+        step = tf.compat.v1.train.get_or_create_global_step()
+        manager = nl.ExponentialUpdateLossScaleManager(2**10, 2, decr_every_n_nan_or_inf=1)
+        opt = nl.NPULossScaleOptimizer(tf.compat.v1.train.AdamOptimizer(0.01), manager)
+        train_op = opt.minimize(loss, global_step=step)
+        types = {op.type for op in graph.get_operations()}
+        assert {"NpuUnscaleAndCheck", "NpuLossScaleUpdate"} <= types
+        assert tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.TRAIN_OP) == [train_op]
+        for name, value in [("w", w), ("scale", opt.loss_scale), ("skipped", opt.skipped_steps)]:
+            tf.identity(value, name=f"fetch_{name}")
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(train_op)
+            sess.run(train_op, {overflow_now: True})  # skipped: scale 2**10 -> 0.8 * 2**10
+            sess.run(train_op)
+            prefix = saver.save(sess, str(tmp_path / "model"), global_step=step)
+            # What the resumed process must reproduce: one more step from the saved state.
+            sess.run(train_op)
+            want_w, want_scale, want_skipped, want_step = sess.run(
+                [w, opt.loss_scale, opt.skipped_steps, step]
+            )
+    script = tmp_path / "resume.py"
+    script.write_text(RESUME)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(
+        [sys.executable, str(script), prefix],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    resumed = [
+        line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith("RESUMED")
+    ]
+    want = (
+        f"{np.asarray(want_w, np.float32).view(np.uint32).tolist()} {float(want_scale)} "
+        f"{int(want_skipped)} {int(want_step)}"
+    )
+    assert resumed == [want]
+    assert (float(want_scale), int(want_skipped), int(want_step)) == (
+        float(np.float32(1638.4)),
+        1,
+        3,
+    )
 
 
 def test_first_use_inside_tf_function_prints_no_autograph_warnings(tmp_path):

@@ -11,6 +11,12 @@ compiler, no headers, a load error -- only means the pure-TF path is used: one w
 so, and the results are the same either way.
 
 ``NPU_LOSSSCALE_FUSED=0`` turns the op off; ``NPU_LOSSSCALE_CACHE`` moves the build cache.
+
+Using the ops and registering them are two decisions. New graphs use them only where they help
+(``fused_ops``). But a graph saved with them (a ``.meta`` file, a SavedModel of the training
+graph) names them, and TensorFlow refuses to import it until they are registered in the process,
+wherever it is resumed: ``register_ops`` builds and loads the library for that, explicitly,
+since building on ``import npu_lossscale`` would cost every first import about 15 s.
 """
 
 from __future__ import annotations
@@ -43,7 +49,9 @@ _CXXFLAGS = ("-O3", "-shared", "-fPIC", "-w")
 _COMPILE_TIMEOUT_S = 600
 
 _lock = threading.Lock()
-_state: dict[str, object] = {}  # "module": loaded module or None once decided; "reason": why None
+# "library": (module, None) or (None, why) once built or tried; "module": what fused_ops hands
+# out, once decided; "reason": why that is None.
+_state: dict[str, object] = {}
 
 
 def enabled() -> bool:
@@ -60,8 +68,36 @@ def fused_ops() -> ModuleType | None:
         return None
     with _lock:
         if "module" not in _state:
-            _state["module"] = _load()
+            reason = _unusable_reason()
+            module = None
+            if reason is None:
+                module, reason = _library_locked()
+            if module is None:
+                _state["reason"] = reason
+                logger.warning(
+                    "npu_lossscale: fused CPU ops not used, pure-TF check and update instead (%s)",
+                    reason,
+                )
+            _state["module"] = module
         return _state["module"]  # type: ignore[return-value]
+
+
+def register_ops() -> None:
+    """Register the fused ops with TensorFlow, building them if needed, before importing a graph
+    that was saved with them (``tf.compat.v1.train.import_meta_graph``, a SavedModel loader).
+
+    Registration does not depend on whether this process would use the ops (a GPU may be visible
+    here, or ``NPU_LOSSSCALE_FUSED=0`` set): the graph being imported already contains them.
+    Raises RuntimeError naming the reason when they cannot be built or loaded here.
+    """
+    with _lock:
+        module, reason = _library_locked()
+    if module is None:
+        raise RuntimeError(
+            f"npu_lossscale: cannot register the fused ops NpuUnscaleAndCheck and "
+            f"NpuLossScaleUpdate ({reason}); a graph saved with them cannot be imported here. "
+            f"Build graphs that must move to such machines with {DISABLE_ENV}=0."
+        )
 
 
 def unavailable_reason() -> str | None:
@@ -100,23 +136,18 @@ def _compiler() -> str:
     return os.environ.get("CXX", "g++")
 
 
-def _load() -> ModuleType | None:
-    reason = _unusable_reason()
-    if reason is None:
+def _library_locked() -> tuple[ModuleType | None, str | None]:
+    """The built and loaded library and None, or None and why not; tried once per process.
+    The caller holds ``_lock``."""
+    if "library" not in _state:
         try:
-            library = _build()
-            module = tf.load_op_library(str(library))
+            module = tf.load_op_library(str(_build()))
             for name in OP_NAMES:
                 tf.no_gradient(name)
-            return module
+            _state["library"] = (module, None)
         except Exception as error:  # any build or load failure means "use the pure-TF path"
-            reason = f"{type(error).__name__}: {_first_line(str(error))}"
-    _state["reason"] = reason
-    logger.warning(
-        "npu_lossscale: fused CPU ops not used, pure-TF check and update instead (%s)",
-        reason,
-    )
-    return None
+            _state["library"] = (None, f"{type(error).__name__}: {_first_line(str(error))}")
+    return _state["library"]  # type: ignore[return-value]
 
 
 def _first_line(text: str) -> str:
