@@ -286,3 +286,82 @@ def test_class_shared_with_a_function_that_steps_without_loss_scaling(tmp_path):
     assert "finetune.py), which cannot be moved" in warning["message"]
     # The loss scaling itself is still ported.
     assert "NPULossScaleOptimizer(Shared(False, 'a'), manager)" in (src / "opt.py").read_text()
+
+
+def _write(tmp_path: Path, name: str, code: str) -> Path:
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / name).write_text(code)
+    return src
+
+
+SCALED = (
+    "import tensorflow as tf\n\n\n"
+    "def build(loss, lr):\n"
+    "    opt = tf.train.AdamOptimizer(lr)\n"
+    "    manager = tf.contrib.mixed_precision.FixedLossScaleManager(8)\n"
+    "    opt = tf.contrib.mixed_precision.LossScaleOptimizer(opt, manager)\n"
+)
+
+
+def test_optimizer_call_inside_the_group_still_gets_the_step(tmp_path):
+    # `T = tf.group(opt.apply_gradients(gv), incr)` becomes `T = opt.apply_gradients(...)`: that
+    # call must receive global_step too, or the step never advances again.
+    src = _write(
+        tmp_path,
+        "grouped.py",
+        SCALED.replace(
+            "def build(loss, lr):\n",
+            "def build(loss, lr):\n    global_step = tf.train.get_or_create_global_step()\n",
+        )
+        + "    gv = opt.compute_gradients(loss)\n"
+        "    train_op = tf.group(opt.apply_gradients(gv), tf.assign_add(global_step, 1))\n"
+        "    other = tf.group(opt.minimize(loss), global_step.assign_add(1))\n"
+        "    return train_op, other\n",
+    )
+    report = _migrate(tmp_path, src)
+    assert len(_findings(report, MOVE, "grouped.py")) >= 1
+    assert _findings(report, MANUAL, "grouped.py") == []
+    fn = _function(ast.parse((src / "grouped.py").read_text()), "build")
+    assert _step_updates(fn) == []
+    assigned = {n.targets[0].id: ast.unparse(n.value) for n in fn.body if isinstance(n, ast.Assign)}
+    assert assigned["train_op"] == "opt.apply_gradients(gv, global_step=global_step)"
+    assert assigned["other"] == "opt.minimize(loss, global_step=global_step)"
+
+
+def test_step_fetched_after_the_optimizer_call_is_left_with_a_warning(tmp_path):
+    # Passing `gs` to minimize above its assignment would raise UnboundLocalError.
+    src = _write(
+        tmp_path,
+        "late.py",
+        SCALED + "    train_op = opt.minimize(loss)\n"
+        "    gs = tf.train.get_global_step()\n"
+        "    train_op = tf.group(train_op, [gs.assign(gs + 1)])\n"
+        "    return train_op\n",
+    )
+    before = _step_code(src / "late.py")
+    call_line = _line_of(src / "late.py", "opt.minimize(loss)")  # lines of the original file
+    report = _migrate(tmp_path, src)
+    assert _step_code(src / "late.py") == before
+    (warning,) = _findings(report, MANUAL, "late.py")
+    assert warning["line"] == call_line
+    assert "`gs` is assigned only after `minimize`" in warning["message"]
+    assert _findings(report, MOVE, "late.py") == []
+
+
+def test_update_of_the_fetched_step_without_a_name_is_warned(tmp_path):
+    src = _write(
+        tmp_path,
+        "unnamed.py",
+        SCALED + "    train_op = opt.minimize(loss)\n"
+        "    return tf.group(train_op, [tf.assign_add(tf.train.get_global_step(), 1)])\n",
+    )
+    before = (src / "unnamed.py").read_text()
+    update_line = _line_of(src / "unnamed.py", "tf.assign_add(")
+    report = _migrate(tmp_path, src)
+    ported = (src / "unnamed.py").read_text()
+    assert "tf.assign_add(tf.train.get_global_step(), 1)" in ported
+    assert "global_step=" not in ported and ported != before  # only the loss scaling changed
+    (warning,) = _findings(report, MANUAL, "unnamed.py")
+    assert warning["line"] == update_line
+    assert "`tf.train.get_global_step()` returns without naming it" in warning["message"]

@@ -367,17 +367,20 @@ class Analyzer(cst.CSTVisitor):
             for call in _collect(fn.body, cst.Call)
             if (update := step_update(call, self.qnames)) is not None
         ]
-        if not candidates:
+        # `tf.assign_add(tf.train.get_global_step(), 1)`: an update with no name to pass on.
+        unnamed = [c for c in _collect(fn.body, cst.Call) if self._updates_fetched_step(c)]
+        if not candidates and not unnamed:
             return  # most functions: no call even looks like an update, so skip the scope walk
         assigns = _assignments(fn)
         updates = [(c, u) for c, u in candidates if self._is_global_step(u[0], assigns)]
-        if not updates:
+        if not updates and not unnamed:
             return
         uses_loss_scale = any(
             is_loss_scale_optimizer(self.qnames(c.func))
             for c in _collect(fn, cst.Call, enter_defs=True)
         )
-        info = StepFunction(key, fn.name.value, self.line(fn), step=updates[0][1][0])
+        step = updates[0][1][0] if updates else "global_step"
+        info = StepFunction(key, fn.name.value, self.line(fn), step=step)
         self.result.step_functions.append(info)
         if not uses_loss_scale:
             self.result.unscaled_steps.append((fn.name.value, self.line(fn)))
@@ -396,6 +399,13 @@ class Analyzer(cst.CSTVisitor):
         except _Problem as problem:
             info.problem, info.problem_line = problem.reason, problem.line
         try:
+            if unnamed:
+                getter = self.module.code_for_node(self._fetched_step(unnamed[0]))
+                raise _Problem(
+                    f"it updates the step `{getter}` returns without naming it, so there is no "
+                    "variable to pass as global_step",
+                    self.line(unnamed[0]),
+                )
             if len({u[0] for _, u in updates}) != 1:
                 raise _Problem("it updates more than one step variable", self.line(fn))
             blocks = {id(s): b for b in _blocks(fn) for s in b.body}
@@ -407,6 +417,21 @@ class Analyzer(cst.CSTVisitor):
             self._check_private(fn, info)
         except _Problem as problem:
             info.problem, info.problem_line = problem.reason, problem.line
+
+    def _fetched_step(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The variable an assign/assign_add call updates, when it is written as a call."""
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("assign", "assign_add"):
+            return None  # cheap test first: this runs on every call of every function
+        if is_tf_function(self.qnames(func), "assign", "assign_add"):
+            target = argument(call, 0, "ref")
+        else:
+            target = func.value
+        return target if isinstance(target, cst.Call) else None
+
+    def _updates_fetched_step(self, call: cst.Call) -> bool:
+        target = self._fetched_step(call)
+        return target is not None and is_tf_function(self.qnames(target.func), *_STEP_GETTERS)
 
     def _is_global_step(self, name: str, assigns: dict[str, list]) -> bool:
         if name == "global_step":
@@ -601,9 +626,25 @@ class Analyzer(cst.CSTVisitor):
                     f"global_step, not `{info.step}`",
                     self.line(call),
                 )
+            if passed is None and self._bound_only_after(call, info.step):
+                raise _Problem(
+                    f"`{info.step}` is assigned only after `{func.attr.value}` is called, so it "
+                    "cannot be passed there",
+                    self.line(call),
+                )
             info.call_sites.append(CallSite(call, passed is not None, self.line(call)))
         if not info.call_sites:
             raise _Problem("cannot find the apply_gradients/minimize call it builds", info.line)
+
+    def _bound_only_after(self, call: cst.Call, name: str) -> bool:
+        """Whether `name` is local where `call` runs and bound only further down: passing it
+        there would raise UnboundLocalError. (A global, or a local bound earlier, is fine.)"""
+        scope = self.get_metadata(ScopeProvider, call.func, None)
+        if scope is None:
+            return False
+        local = list(scope.assignments[name])
+        line = self.line(call)
+        return bool(local) and all(self.line(a.node) >= line for a in local)
 
     def _optimizers(self, info: StepFunction, fn: cst.FunctionDef, assigns: dict) -> None:
         seen: set[str] = set()

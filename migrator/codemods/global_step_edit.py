@@ -92,6 +92,9 @@ class Editor(cst.CSTTransformer):
                 _comment(f"# {line}" if line.strip() else "#") for line in code.splitlines()
             )
             if replacement is not None:
+                # `T = first` is built from the original `first`, which may itself be a call
+                # that gets `global_step=` (`T = tf.group(opt.minimize(loss), incr)`).
+                replacement = replacement.visit(self)
                 body.append(replacement.with_changes(leading_lines=pending))
                 pending = []
         footer = list(updated_node.footer)
