@@ -70,7 +70,9 @@ def _md_code(text: str) -> str:
 
 
 def _md_fence(text: str) -> str:
-    longest = max((len(m) for m in re.findall(r"^`{3,}", text, flags=re.M)), default=2)
+    """A fence longer than any backtick run in ``text``: a diff line is prefixed by a space or a
+    sign, and CommonMark still closes a fence indented by up to three spaces."""
+    longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
     return "`" * (longest + 1)
 
 

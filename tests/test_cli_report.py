@@ -191,3 +191,30 @@ def test_import_change_points_at_where_the_import_goes(tmp_path: Path) -> None:
         assert [line for line, _ in found] == [line for line, _ in expected], name
         for (_, message), (_, end) in zip(found, expected):
             assert message.endswith(end), (name, message)
+
+
+def test_markdown_diff_fence_outlasts_backticks_in_the_code(tmp_path: Path) -> None:
+    # A diff context line ` ```` ` (a fence in a docstring, shifted by the diff's space) closes a
+    # three-backtick fence under CommonMark's rule: up to three spaces of indentation, at least
+    # as many backticks, nothing else. The rest of the diff would then render as Markdown/HTML.
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "doc.py").write_text(
+        'import tensorflow as tf\n"""Usage:\n```\n</pre><b>raw</b>\n````\n"""\n'
+        "m = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n",
+        encoding="utf-8",
+    )
+    run_cli(".", "--report", tmp_path / "r.md", cwd=tree)
+    lines = (tmp_path / "r.md").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip("`") == "diff")
+    fence = len(lines[start]) - len("diff")
+    body = []
+    for line in lines[start + 1 :]:
+        indent = len(line) - len(line.lstrip(" "))
+        closing = line.strip()
+        if indent <= 3 and closing and set(closing) == {"`"} and len(closing) >= fence:
+            break
+        body.append(line)
+    assert body[0] == "--- a/doc.py"
+    assert " </pre><b>raw</b>" in body and " ````" in body  # still inside the code block
+    assert "+m = FixedLossScaleManager(128)" in body
