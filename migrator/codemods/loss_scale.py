@@ -758,8 +758,6 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self.sites = []
 
     def _plan_import_removals(self) -> None:
-        if not self.edits:
-            return
         for node, index, bound in self._contrib_imports:
             scope = self.scope(node)
             if scope is None:
@@ -770,7 +768,16 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 if a.node is node and (a.name == bound or bound.startswith(a.name + "."))
                 for r in a.references
             ]
-            if refs and all(id(r.node) in self._consumed for r in refs):
+            if not refs:
+                # Nothing here to port, but the file still fails to import without tf.contrib.
+                self._warn(
+                    node,
+                    "unported-api",
+                    f"`{bound}` is imported from tf.contrib and not used in this file (a "
+                    "re-export?); tf.contrib does not exist in TensorFlow 2 or on Ascend: import "
+                    f"it from {api.LIBRARY} here, and port the modules importing it from this one",
+                )
+            elif self.edits and all(id(r.node) in self._consumed for r in refs):
                 self.edits.removals.setdefault(node, set()).add(index)
                 self._removed_bindings.add((id(node), bound))
                 self._change(node, "contrib-import", f"removed the unused import of `{bound}`")
