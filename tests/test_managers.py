@@ -513,6 +513,18 @@ def _square_loss(weights: tf.Variable) -> tf.Tensor:
     return tf.reduce_sum(weights * weights)
 
 
+def _embedding_loss() -> tuple[tf.Tensor, list[tf.Variable]]:
+    """A partitioned embedding, as NCF or wide&deep have: Saver stores it whole, as slices."""
+    table = tf.compat.v1.get_variable(
+        "emb",
+        [6, 2],
+        partitioner=tf.compat.v1.fixed_size_partitioner(2),
+        initializer=tf.compat.v1.random_normal_initializer(seed=1),
+    )
+    rows = tf.nn.embedding_lookup(table, [0, 4, 5])
+    return tf.reduce_sum(rows * rows), list(table)
+
+
 def test_gpu_checkpoint_restores_with_a_name_map(tmp_path):
     # What the original GPU script saved after a few steps: its model, Adam's slots, the global
     # step, and tf.contrib's reference variables loss_scale, good_steps and bad_steps. The port
@@ -523,8 +535,9 @@ def test_gpu_checkpoint_restores_with_a_name_map(tmp_path):
     with gpu.as_default():
         weights = tf.compat.v1.get_variable("w", initializer=[1.5, -2.0], use_resource=False)
         global_step = tf.compat.v1.train.get_or_create_global_step()
+        emb_loss, parts = _embedding_loss()
         gpu_opt = tf.compat.v1.train.AdamOptimizer(0.1)
-        gpu_train_op = gpu_opt.minimize(_square_loss(weights), global_step=global_step)
+        gpu_train_op = gpu_opt.minimize(_square_loss(weights) + emb_loss, global_step=global_step)
         for name, value in (("loss_scale", 4096.0), ("good_steps", 7), ("bad_steps", 1)):
             tf.compat.v1.Variable(value, name=name, trainable=False, use_resource=False)
         with tf.compat.v1.Session(graph=gpu) as sess:
@@ -532,6 +545,7 @@ def test_gpu_checkpoint_restores_with_a_name_map(tmp_path):
             for _ in range(3):
                 sess.run(gpu_train_op)
             saved_weights, saved_m = sess.run([weights, gpu_opt.get_slot(weights, "m")])
+            saved_parts = sess.run(parts)
             tf.compat.v1.train.Saver().save(sess, path)
 
     ported = tf.Graph()
@@ -539,13 +553,15 @@ def test_gpu_checkpoint_restores_with_a_name_map(tmp_path):
         weights = tf.compat.v1.get_variable("w", initializer=[0.0, 0.0])
         global_step = tf.compat.v1.train.get_or_create_global_step()
         manager = ExponentialUpdateLossScaleManager(2**32, 1000)
+        emb_loss, parts = _embedding_loss()
         opt = NPULossScaleOptimizer(tf.compat.v1.train.AdamOptimizer(0.1), manager)
-        train_op = opt.minimize(_square_loss(weights), global_step=global_step)
+        train_op = opt.minimize(_square_loss(weights) + emb_loss, global_step=global_step)
         with tf.compat.v1.Session(graph=ported) as sess:
             recipe = {"tf": tf, "sess": sess, "gpu_checkpoint": path}
             exec(_readme_gpu_checkpoint_recipe(), recipe)
             assert sess.run(weights).tolist() == saved_weights.tolist()
             assert sess.run(opt.get_slot(weights, "m")).tolist() == saved_m.tolist()
+            assert [p.tolist() for p in sess.run(parts)] == [p.tolist() for p in saved_parts]
             assert sess.run(global_step) == 3
             assert sess.run(_state_vars(manager)) == [4096.0, 7, 1, 0]
             assert sess.run("loss_scale:0") == 4096.0
