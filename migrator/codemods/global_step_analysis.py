@@ -27,6 +27,7 @@ from migrator.codemods.global_step_exprs import (
     name_of,
     positional,
     step_update,
+    update_parts,
 )
 from migrator.codemods.global_step_names import (
     is_builtin_optimizer,
@@ -362,13 +363,20 @@ class Analyzer(cst.CSTVisitor):
 
     # -- functions that update global_step ----------------------------------------------------
     def _function(self, fn: cst.FunctionDef, key: str) -> None:
-        candidates = [
-            (call, update)
-            for call in _collect(fn.body, cst.Call)
-            if (update := step_update(call, self.qnames)) is not None
-        ]
-        # `tf.assign_add(tf.train.get_global_step(), 1)`: an update with no name to pass on.
-        unnamed = [c for c in _collect(fn.body, cst.Call) if self._updates_fetched_step(c)]
+        candidates = []
+        unnamed = []  # `tf.assign_add(tf.train.get_global_step(), 1)`: no name to pass on
+        for call in _collect(fn.body, cst.Call):
+            parts = update_parts(call, self.qnames)
+            if parts is None:
+                continue
+            target, kind, value = parts
+            name = name_of(target)
+            if name is not None:
+                candidates.append((call, (name, kind, value)))
+            elif isinstance(target, cst.Call) and is_tf_function(
+                self.qnames(target.func), *_STEP_GETTERS
+            ):
+                unnamed.append((call, target))
         if not candidates and not unnamed:
             return  # most functions: no call even looks like an update, so skip the scope walk
         assigns = _assignments(fn)
@@ -400,11 +408,11 @@ class Analyzer(cst.CSTVisitor):
             info.problem, info.problem_line = problem.reason, problem.line
         try:
             if unnamed:
-                getter = self.module.code_for_node(self._fetched_step(unnamed[0]))
+                call, getter = unnamed[0]
                 raise _Problem(
-                    f"it updates the step `{getter}` returns without naming it, so there is no "
-                    "variable to pass as global_step",
-                    self.line(unnamed[0]),
+                    f"it updates the step `{self.module.code_for_node(getter)}` returns without "
+                    "naming it, so there is no variable to pass as global_step",
+                    self.line(call),
                 )
             if len({u[0] for _, u in updates}) != 1:
                 raise _Problem("it updates more than one step variable", self.line(fn))
@@ -417,21 +425,6 @@ class Analyzer(cst.CSTVisitor):
             self._check_private(fn, info)
         except _Problem as problem:
             info.problem, info.problem_line = problem.reason, problem.line
-
-    def _fetched_step(self, call: cst.Call) -> cst.BaseExpression | None:
-        """The variable an assign/assign_add call updates, when it is written as a call."""
-        func = call.func
-        if not isinstance(func, cst.Attribute) or func.attr.value not in ("assign", "assign_add"):
-            return None  # cheap test first: this runs on every call of every function
-        if is_tf_function(self.qnames(func), "assign", "assign_add"):
-            target = argument(call, 0, "ref")
-        else:
-            target = func.value
-        return target if isinstance(target, cst.Call) else None
-
-    def _updates_fetched_step(self, call: cst.Call) -> bool:
-        target = self._fetched_step(call)
-        return target is not None and is_tf_function(self.qnames(target.func), *_STEP_GETTERS)
 
     def _is_global_step(self, name: str, assigns: dict[str, list]) -> bool:
         if name == "global_step":

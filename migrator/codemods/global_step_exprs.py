@@ -45,24 +45,35 @@ def lambda_body(expr: cst.BaseExpression | None) -> cst.BaseExpression | None:
     return None
 
 
-def step_update(
+def update_parts(
     call: cst.Call, qnames: QualifiedNames
-) -> tuple[str, str, cst.BaseExpression | None] | None:
-    """Recognise an update of a variable: (variable, "assign" | "assign_add", value).
+) -> tuple[cst.BaseExpression, str, cst.BaseExpression | None] | None:
+    """Recognise an update of a variable: (variable as written, "assign" | "assign_add", value).
 
     Matches `v.assign(x)`, `v.assign_add(x)`, `tf.assign(v, x)` and `tf.assign_add(v, x)`.
     """
     func = call.func
     if isinstance(func, cst.Attribute) and func.attr.value in ("assign", "assign_add"):
-        target = name_of(func.value)
-        if target is not None and not is_tf_function(qnames(func), "assign", "assign_add"):
-            return target, func.attr.value, argument(call, 0, "value")
+        if not is_tf_function(qnames(func), "assign", "assign_add"):
+            return func.value, func.attr.value, argument(call, 0, "value")
     if is_tf_function(qnames(func), "assign", "assign_add"):
-        target = name_of(argument(call, 0, "ref"))
-        if target is not None:
+        ref = argument(call, 0, "ref")
+        if ref is not None:
             leaf = "assign_add" if is_tf_function(qnames(func), "assign_add") else "assign"
-            return target, leaf, argument(call, 1, "value")
+            return ref, leaf, argument(call, 1, "value")
     return None
+
+
+def step_update(
+    call: cst.Call, qnames: QualifiedNames
+) -> tuple[str, str, cst.BaseExpression | None] | None:
+    """`update_parts` for a variable named by a (dotted) name: (name, kind, value)."""
+    parts = update_parts(call, qnames)
+    if parts is None:
+        return None
+    target, kind, value = parts
+    name = name_of(target)
+    return None if name is None else (name, kind, value)
 
 
 def is_true_constant(expr: cst.BaseExpression, qnames: QualifiedNames) -> bool:
