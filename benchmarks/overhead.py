@@ -13,7 +13,7 @@ per overflow mode. Below 1 means our loss scaling costs less than TensorFlow's o
 
 Each mode is measured twice: "ours-tf-*" forces the pure-TF unscale-then-check path
 (NPU_LOSSSCALE_FUSED=0 while the graph is built) and "ours-fused-*" unscales and checks with the
-fused CPU op (npu_lossscale.kernels), built on first use; the one-off compile time is printed.
+fused CPU op (npu_lossscale.tf.kernels), built on first use; the one-off compile time is printed.
 Two floors, built from TensorFlow's own ops, put the ratio in context. "unscale-only" scales the
 loss and unscales the gradients (one multiply each) with no check and no skip: what any optimizer
 returning unscaled gradients from compute_gradients pays. "skip-floor" adds an exact skip with a
@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import npu_lossscale as nl  # noqa: E402
-from npu_lossscale import gating, kernels  # noqa: E402
+from npu_lossscale.tf import gating, kernels  # noqa: E402
 
 MODES = ("inf_nan", "saturation")
 CONFIGS = (

@@ -19,7 +19,7 @@ import tensorflow as tf
 from distributed_expected import EXPECTED
 
 from npu_lossscale import ExponentialUpdateLossScaleManager, NPULossScaleOptimizer
-from npu_lossscale.distributed import (
+from npu_lossscale.tf.distributed import (
     NoDistributedEngineError,
     Reducer,
     TFDistributeReducer,

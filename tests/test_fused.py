@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from npu_lossscale import kernels, overflow
 from npu_lossscale.modes import OverflowMode
+from npu_lossscale.tf import kernels, overflow
 
 INF_NAN = OverflowMode.INF_NAN
 SAT = OverflowMode.SATURATION
@@ -260,7 +260,7 @@ def test_build_failure_warns_once_and_falls_back(tmp_path):
         """
         import logging
         import tensorflow as tf
-        from npu_lossscale import kernels, overflow
+        from npu_lossscale.tf import kernels, overflow
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
         for _ in range(2):
             out, status = overflow.unscale_with_status([tf.constant([2.0, float("inf")])], 2.0,

@@ -1,4 +1,4 @@
-"""The Switch gate that skips an overflowed step in TF1 graphs (npu_lossscale.gating).
+"""The Switch gate that skips an overflowed step in TF1 graphs (npu_lossscale.tf.gating).
 
 Each case drives NPULossScaleOptimizer in a plain tf.Graph, where the gate replaces tf.cond, with
 inner optimizers that build their updates in awkward ways, and checks by value that a skipped step

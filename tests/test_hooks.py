@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import npu_lossscale as nl
-from npu_lossscale.hooks import SCALE_TAG, SKIPPED_TAG
+from npu_lossscale.tf.hooks import SCALE_TAG, SKIPPED_TAG
 
 
 def train_with_hook(tmp_path, make_hook, ks):

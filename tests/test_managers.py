@@ -11,13 +11,13 @@ import pytest
 import tensorflow as tf
 from update_rule_reference import ReferenceState, reference_run, reference_step
 
-from npu_lossscale.managers import (
+from npu_lossscale.modes import OverflowMode
+from npu_lossscale.tf.managers import (
     ExponentialUpdateLossScaleManager,
     FixedLossScaleManager,
     LossScaleManager,
 )
-from npu_lossscale.modes import OverflowMode
-from npu_lossscale.optimizer import NPULossScaleOptimizer
+from npu_lossscale.tf.optimizer import NPULossScaleOptimizer
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -780,7 +780,7 @@ def _update_graph(init, hyper, fused: bool, monkeypatch):
 
 @pytest.mark.parametrize("name", sorted(HYPER_SETS))
 def test_fused_update_is_bit_identical_to_the_pure_tf_update(name, monkeypatch):
-    from npu_lossscale import kernels
+    from npu_lossscale.tf import kernels
 
     if kernels.fused_ops() is None:
         pytest.skip(f"fused ops unavailable: {kernels.unavailable_reason()}")
@@ -800,7 +800,7 @@ def test_fused_update_is_bit_identical_to_the_pure_tf_update(name, monkeypatch):
 
 def test_fused_update_leaves_a_value_read_earlier_in_the_step_alone(monkeypatch):
     """The op writes fresh buffers: a read taken before it in the same run keeps the old value."""
-    from npu_lossscale import kernels
+    from npu_lossscale.tf import kernels
 
     if kernels.fused_ops() is None:
         pytest.skip(f"fused ops unavailable: {kernels.unavailable_reason()}")

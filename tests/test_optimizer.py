@@ -19,7 +19,7 @@ import tensorflow as tf
 from chip import saturate
 
 import npu_lossscale as nl
-from npu_lossscale import kernels
+from npu_lossscale.tf import kernels
 
 SCALE = 1024.0
 X = np.array([[1.0, 2.0, 3.0, 4.0]], np.float32)

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 from chip import saturate
 
-from npu_lossscale import overflow
 from npu_lossscale.modes import OverflowMode
+from npu_lossscale.tf import overflow
 
 INF_NAN = OverflowMode.INF_NAN
 SAT = OverflowMode.SATURATION

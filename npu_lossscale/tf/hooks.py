@@ -12,8 +12,8 @@ import logging
 
 import tensorflow as tf
 
-from npu_lossscale.managers import LossScaleManager
-from npu_lossscale.optimizer import NPULossScaleOptimizer
+from npu_lossscale.tf.managers import LossScaleManager
+from npu_lossscale.tf.optimizer import NPULossScaleOptimizer
 
 SCALE_TAG = "npu_lossscale/loss_scale"
 SKIPPED_TAG = "npu_lossscale/skipped_steps"

@@ -15,8 +15,8 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
-from npu_lossscale import gating, kernels
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
+from npu_lossscale.tf import gating, kernels
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from npu_lossscale import kernels
+from npu_lossscale.tf import kernels
 
 _MERGE_OPS = ("Merge", "RefMerge")
 # Stateful only in that they create or read state: harmless on a skipped step.

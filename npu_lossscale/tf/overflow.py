@@ -24,7 +24,7 @@ overflowed float32) does an exact per-element check run, inside a ``tf.cond``; s
 always the exact one above, and the common clean step pays one read per element.
 
 Unscaling is itself a pass over every element, though, so ``unscale_with_status`` does both in a
-single pass with a fused CPU op (``npu_lossscale.kernels``, compiled on first use) when it can,
+single pass with a fused CPU op (``npu_lossscale.tf.kernels``, compiled on first use) when it can,
 and falls back to ``unscale`` followed by ``overflow_status`` otherwise, with identical results.
 """
 
@@ -37,8 +37,8 @@ from typing import Callable, NamedTuple, Union
 
 import tensorflow as tf
 
-from npu_lossscale import kernels
 from npu_lossscale.modes import FP16_SATURATION_VALUE, OverflowMode
+from npu_lossscale.tf import kernels
 
 Gradient = Union[tf.Tensor, tf.IndexedSlices, None]
 
@@ -150,7 +150,7 @@ def unscale_with_status(
     ``unscaled * scale`` (with a scale of 100 it is 65503.996). The scale is at least 1, so the
     unscaled values are inf or NaN exactly when the scaled ones are, and either may be asked.
 
-    Dense float32 gradients go through the fused CPU op (``npu_lossscale.kernels``), which reads
+    Dense float32 gradients go through the fused CPU op (``npu_lossscale.tf.kernels``), which reads
     each element once instead of twice; the others (IndexedSlices, half precision) and every
     gradient when the op is unavailable or XLA compiles the graph take the pure-TF path. Values
     and status are identical.

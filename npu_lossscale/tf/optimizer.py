@@ -24,9 +24,9 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from npu_lossscale import distributed, gating, overflow
-from npu_lossscale.managers import LossScaleManager
 from npu_lossscale.modes import OverflowMode
+from npu_lossscale.tf import distributed, gating, overflow
+from npu_lossscale.tf.managers import LossScaleManager
 
 _GATE_OP = tf.compat.v1.train.Optimizer.GATE_OP
 
