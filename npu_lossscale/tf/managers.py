@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import abc
 import math
-import numbers
 
-import numpy as np
 import tensorflow as tf
 
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
+from npu_lossscale.rule import DynamicRule, check_bool, check_scale
 from npu_lossscale.tf import gating, kernels
-
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 # Graph names. 'loss_scale:0' is what the vendor FAQ's logging hook (and NVIDIA's BERT) fetches,
 # and there it is a float: tf.contrib's scale was a reference variable of that name. Ours is a
@@ -32,45 +29,6 @@ GOOD_STEPS_VAR_NAME = "good_steps"
 BAD_STEPS_VAR_NAME = "bad_steps"
 SKIPPED_STEPS_VAR_NAME = "loss_scale_skipped_steps"
 FLOOR_SKIPS_VAR_NAME = "loss_scale_skips_at_floor"
-
-
-def _check_scale(name: str, value: object) -> float:
-    """A loss scale must be a Python number in [1, float32 max]: below 1 it shrinks gradients
-    instead of protecting them, and a value float32 cannot hold would become inf on the device."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a Python number >= 1; got {value!r}")
-    number = float(value)
-    if math.isnan(number) or math.isinf(number) or number < 1.0 or number > _FLOAT32_MAX:
-        raise ValueError(f"{name} must be a finite number >= 1 that fits in float32; got {value!r}")
-    return number
-
-
-def _check_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer; got {value!r}")
-    return int(value)
-
-
-def _check_ratio(name: str, value: object, low: float, high: float | None) -> float:
-    """Ratios live in an open interval: incr_ratio in (1, inf), decr_ratio in (0, 1).
-
-    The update multiplies in float32 (a tf.constant, or a float attribute of the fused op), so
-    the bounds must hold for the float32 value too: 1e50 would become inf there, and the scale
-    would silently stop growing (the ceiling rule keeps a scale whose increase is not finite);
-    1 + 1e-9 would become 1, and the scale would never grow.
-    """
-    bounds = f"({low:g}, {'inf' if high is None else f'{high:g}'})"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a Python number in {bounds}; got {value!r}")
-    number = float(value)
-    with np.errstate(over="ignore"):  # past float32's range is the case being checked for
-        stored = float(np.float32(number))
-    top = math.inf if high is None else high
-    if not (low < number < top and low < stored < top):
-        raise ValueError(
-            f"{name} must be a finite number in {bounds}, also rounded to float32; got {value!r}"
-        )
-    return number
 
 
 def _state_variable(initial_value: object, dtype: tf.DType, name: str) -> tf.Variable:
@@ -189,11 +147,9 @@ class FixedLossScaleManager(LossScaleManager):
         *,
         overflow_mode: OverflowMode | str = "auto",
     ) -> None:
-        self._loss_scale_value = _check_scale("loss_scale", loss_scale)
-        if not isinstance(enable_overflow_check, bool):
-            raise ValueError(
-                f"enable_overflow_check must be True or False; got {enable_overflow_check!r}"
-            )
+        self._loss_scale_value = check_scale("loss_scale", loss_scale)
+        if not isinstance(enable_overflow_check, bool):  # 0/1 are not accepted here, as before
+            check_bool("enable_overflow_check", enable_overflow_check)
         super().__init__(overflow_mode)
         self.enable_overflow_check = enable_overflow_check
         self._graph_scale = _scale_tensor_for_fetching(self._loss_scale_value)
@@ -233,36 +189,15 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         max_loss_scale: float | None = None,
         max_skipped_steps_at_floor: int | None = None,
     ) -> None:
-        init = _check_scale("init_loss_scale", init_loss_scale)
-        self._incr_every_n_steps = _check_count("incr_every_n_steps", incr_every_n_steps)
-        self._decr_every_n_nan_or_inf = _check_count(
-            "decr_every_n_nan_or_inf", decr_every_n_nan_or_inf
-        )
-        self._incr_ratio = _check_ratio("incr_ratio", incr_ratio, 1.0, None)
-        self._decr_ratio = _check_ratio("decr_ratio", decr_ratio, 0.0, 1.0)
-        self._min_loss_scale = _check_scale("min_loss_scale", min_loss_scale)
-        self._max_loss_scale = (
-            None if max_loss_scale is None else _check_scale("max_loss_scale", max_loss_scale)
-        )
-        if self._max_loss_scale is not None and self._min_loss_scale > self._max_loss_scale:
-            raise ValueError(
-                f"min_loss_scale ({min_loss_scale!r}) must not exceed "
-                f"max_loss_scale ({max_loss_scale!r})"
-            )
-        if init < self._min_loss_scale:
-            raise ValueError(
-                f"init_loss_scale ({init_loss_scale!r}) must not be below "
-                f"min_loss_scale ({min_loss_scale!r})"
-            )
-        if self._max_loss_scale is not None and init > self._max_loss_scale:
-            raise ValueError(
-                f"init_loss_scale ({init_loss_scale!r}) must not exceed "
-                f"max_loss_scale ({max_loss_scale!r})"
-            )
-        self._max_skipped_steps_at_floor = (
-            None
-            if max_skipped_steps_at_floor is None
-            else _check_count("max_skipped_steps_at_floor", max_skipped_steps_at_floor)
+        init, self._rule = DynamicRule.validated(
+            init_loss_scale,
+            incr_every_n_steps,
+            decr_every_n_nan_or_inf,
+            incr_ratio,
+            decr_ratio,
+            min_loss_scale=min_loss_scale,
+            max_loss_scale=max_loss_scale,
+            max_skipped_steps_at_floor=max_skipped_steps_at_floor,
         )
         super().__init__(overflow_mode)
         self.enable_overflow_check = True
@@ -284,11 +219,11 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
 
     @property
     def min_loss_scale(self) -> float:
-        return self._min_loss_scale
+        return self._rule.min_loss_scale
 
     @property
     def max_loss_scale(self) -> float | None:
-        return self._max_loss_scale
+        return self._rule.max_loss_scale
 
     def get_loss_scale(self) -> tf.Tensor:
         """The scale; in a TF1 graph one read per graph where that is safe (_reusable_here).
@@ -310,12 +245,14 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
             new_at_floor = ops.npu_loss_scale_update(
                 finite,
                 *(v.handle for v in self.variables),  # the order the op takes them in
-                incr_every_n_steps=self._incr_every_n_steps,
-                decr_every_n_nan_or_inf=self._decr_every_n_nan_or_inf,
-                incr_ratio=self._incr_ratio,
-                decr_ratio=self._decr_ratio,
-                min_loss_scale=self._min_loss_scale,
-                max_loss_scale=math.inf if self._max_loss_scale is None else self._max_loss_scale,
+                incr_every_n_steps=self._rule.incr_every_n_steps,
+                decr_every_n_nan_or_inf=self._rule.decr_every_n_nan_or_inf,
+                incr_ratio=self._rule.incr_ratio,
+                decr_ratio=self._rule.decr_ratio,
+                min_loss_scale=self._rule.min_loss_scale,
+                max_loss_scale=math.inf
+                if self._rule.max_loss_scale is None
+                else self._rule.max_loss_scale,
             )
             guard = self._stuck_guard(new_at_floor)
             return tf.group(new_at_floor.op, *([] if guard is None else [guard]))
@@ -325,15 +262,15 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         bad = self._bad_steps.read_value()
         at_floor_before = self._skips_at_floor.read_value()
 
-        grow = good + 1 >= self._incr_every_n_steps
-        grown = scale * tf.constant(self._incr_ratio, tf.float32)
-        if self._max_loss_scale is None:
+        grow = good + 1 >= self._rule.incr_every_n_steps
+        grown = scale * tf.constant(self._rule.incr_ratio, tf.float32)
+        if self._rule.max_loss_scale is None:
             grown = tf.where(tf.math.is_finite(grown), grown, scale)
         else:
-            grown = tf.minimum(grown, tf.constant(self._max_loss_scale, tf.float32))
-        shrink = bad + 1 >= self._decr_every_n_nan_or_inf
-        floor = tf.constant(self._min_loss_scale, tf.float32)
-        shrunk = tf.maximum(floor, scale * tf.constant(self._decr_ratio, tf.float32))
+            grown = tf.minimum(grown, tf.constant(self._rule.max_loss_scale, tf.float32))
+        shrink = bad + 1 >= self._rule.decr_every_n_nan_or_inf
+        floor = tf.constant(self._rule.min_loss_scale, tf.float32)
+        shrunk = tf.maximum(floor, scale * tf.constant(self._rule.decr_ratio, tf.float32))
 
         zero = tf.zeros_like(good)
         new_scale = tf.where(finite, tf.where(grow, grown, scale), tf.where(shrink, shrunk, scale))
@@ -360,20 +297,10 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         return tf.group(*updates)
 
     def _stuck_message(self) -> str:
-        # The guard fires the first time the count reaches the limit, and a step only counts when
-        # it ran at the floor, so both numbers are known when the graph is built.
-        return (
-            f"npu_lossscale: {self._max_skipped_steps_at_floor} consecutive training steps were "
-            f"skipped for gradient overflow with the loss scale at its floor "
-            f"(loss scale {self._min_loss_scale:g} = min_loss_scale, "
-            f"overflow_mode={self.overflow_mode.value}). A lower loss scale cannot help. Check the "
-            "data and model for NaN/inf, lower the learning rate, lower min_loss_scale, or check "
-            "that the overflow mode matches the device (INF_NAN_MODE_ENABLE). Raise "
-            "max_skipped_steps_at_floor, or set it to None, to keep going."
-        )
+        return self._rule.stuck_message(self.overflow_mode.value)
 
     def _stuck_guard(self, new_at_floor: tf.Tensor) -> tf.Operation | None:
-        limit = self._max_skipped_steps_at_floor
+        limit = self._rule.max_skipped_steps_at_floor
         if limit is None:
             return None
         if tf.executing_eagerly():
