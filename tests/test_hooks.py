@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import glob
 import logging
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -88,3 +90,54 @@ def test_bad_arguments(tmp_path):
                 summary_dir=str(tmp_path),
                 summary_writer=tf.compat.v1.summary.FileWriter(str(tmp_path)),
             )
+
+
+_HOOK_SCRIPT = """
+import logging, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+import npu_lossscale as nl
+if "tf" in sys.argv:
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+if "basic" in sys.argv:
+    logging.basicConfig(level=logging.INFO)
+graph = tf.Graph()
+with graph.as_default():
+    w = tf.compat.v1.get_variable("w", [2], initializer=tf.compat.v1.ones_initializer())
+    step = tf.compat.v1.train.get_or_create_global_step()
+    manager = nl.FixedLossScaleManager(128, overflow_mode="inf_nan")
+    opt = nl.NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), manager)
+    train = opt.minimize(tf.reduce_sum(w), global_step=step)
+    hook = nl.LossScaleLoggingHook(opt, every_n_steps=2)
+    with tf.compat.v1.train.MonitoredTrainingSession(
+        hooks=[hook], save_checkpoint_secs=None, save_summaries_steps=None
+    ) as sess:
+        for _ in range(2):
+            sess.run(train)
+"""
+
+
+@pytest.mark.parametrize("setup", [["tf"], ["basic"], ["tf", "basic"]])
+def test_speaks_under_tensorflow_verbosity_and_basic_config_once(setup):
+    """A TF user's set_verbosity(INFO) and a Python user's basicConfig(INFO) both show the line,
+    and with both it is printed once, not twice."""
+    done = subprocess.run(
+        [sys.executable, "-c", _HOOK_SCRIPT, *setup],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    output = done.stdout + done.stderr
+    assert output.count("loss scale 128, skipped steps 0, global step 2") == 1, output
+
+
+def test_stays_silent_without_logging_configured():
+    done = subprocess.run(
+        [sys.executable, "-c", _HOOK_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert "loss scale" not in done.stdout + done.stderr

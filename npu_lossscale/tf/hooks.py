@@ -4,6 +4,11 @@ The vendor guide has users write a hook that fetches 'loss_scale:0' by name, whi
 as a scope renames the tensor; this one takes the optimizer or manager itself. It reports the scale,
 the number of skipped (overflowed) steps and the global step, through the "npu_lossscale" logger
 and, optionally, as TensorBoard scalars.
+
+TF users turn logging on with `tf.compat.v1.logging.set_verbosity(INFO)`, which configures only
+TensorFlow's own logger; plain Python users call `logging.basicConfig(level=INFO)`. The hook's
+lines must appear under either, once, so when nothing outside TensorFlow would print the
+"npu_lossscale" logger's INFO lines, they go through TensorFlow's logger instead.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ class LossScaleLoggingHook(tf.compat.v1.train.SessionRunHook):
         self._every_n_steps = every_n_steps
         self._summary_dir = summary_dir
         self._writer = summary_writer
-        self._logger = logger or logging.getLogger("npu_lossscale")
+        self._logger = logger
         self._fetches: dict[str, tf.Tensor] = {}
         self._runs = 0
         self._last_reported = 0
@@ -86,13 +91,22 @@ class LossScaleLoggingHook(tf.compat.v1.train.SessionRunHook):
         if self._writer is not None:
             self._writer.flush()
 
+    def _output_logger(self) -> logging.Logger:
+        """The logger given, else ours where Python logging would print it, else TensorFlow's."""
+        if self._logger is not None:
+            return self._logger
+        ours = logging.getLogger("npu_lossscale")
+        if ours.isEnabledFor(logging.INFO) and ours.hasHandlers():
+            return ours
+        return tf.get_logger()
+
     def _report(self, session) -> None:
         values = session.run(self._fetches)
         self._last_reported = self._runs
         scale = float(values["loss_scale"])
         skipped = int(values["skipped_steps"])
         step = int(values["global_step"]) if "global_step" in values else None
-        self._logger.info(
+        self._output_logger().info(
             "loss scale %g, skipped steps %d, %s",
             scale,
             skipped,
