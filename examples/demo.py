@@ -1,7 +1,9 @@
 """`make demo`: the library on its own, then the whole port of a GPU-style script, end to end.
 
-1. Train a small fp16 model with NPULossScaleOptimizer in both NPU overflow modes (library_demo.py).
-2. Copy examples/train_fp16.py (a TF1 script written for tf.contrib.mixed_precision) to a build
+1. TensorFlow: a small fp16 model on a simulated saturating chip, trained with the matching overflow
+   mode and with the wrong one, and on an IEEE device (library_demo.py; writes a PNG).
+2. PyTorch: the same story with npu_lossscale.torch.GradScaler (demo_torch.py).
+3. Copy examples/train_fp16.py (a TF1 script written for tf.contrib.mixed_precision) to a build
    directory, show what `npu-migrate` would change and its report, apply the port, and train the
    ported script for a few hundred CPU steps with the loss-scale trace.
 """
@@ -9,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -22,9 +25,14 @@ def banner(text: str) -> None:
     print(f"\n{'=' * 78}\n{text}\n{'=' * 78}", flush=True)
 
 
+# TensorFlow's C++ start-up lines (CPU features, oneDNN notices, one of them at E level) read like
+# failures to a newcomer and say nothing about loss scaling.
+QUIET = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
 def run(*args: str, check: bool = True) -> int:
     print(f"$ {' '.join(args)}", flush=True)
-    return subprocess.run(args, cwd=ROOT, check=check).returncode
+    return subprocess.run(args, cwd=ROOT, check=check, env=QUIET).returncode
 
 
 def main() -> None:
@@ -34,11 +42,15 @@ def main() -> None:
     args = parser.parse_args()
     python = sys.executable
 
-    banner("1/2  npu_lossscale: dynamic loss scaling in both overflow modes")
-    run(python, str(EXAMPLES / "library_demo.py"), "--steps", str(args.steps))
+    banner("1/3  npu_lossscale (TensorFlow): the overflow mode must match the device")
+    plot = args.build_dir / "loss_scale.png"
+    run(python, str(EXAMPLES / "library_demo.py"), "--steps", str(args.steps), "--plot", str(plot))
 
-    banner("2/2  npu-migrate: port examples/train_fp16.py, then train the ported script")
-    build = args.build_dir
+    banner("2/3  npu_lossscale.torch: GradScaler in both overflow modes")
+    run(python, str(EXAMPLES / "demo_torch.py"), "--steps", str(args.steps))
+
+    banner("3/3  npu-migrate: port examples/train_fp16.py, then train the ported script")
+    build = args.build_dir / "port"
     shutil.rmtree(build, ignore_errors=True)
     build.mkdir(parents=True)
     script = build / "train_fp16.py"

@@ -1,18 +1,28 @@
-"""Train a small fp16 model on CPU with dynamic loss scaling, once per NPU overflow mode.
+"""Why the overflow mode matters: one fp16 model, a saturating chip, the right and the wrong mode.
 
-The model computes in float16 (master weights stay float32), so the huge initial loss scale makes
-the backward pass overflow for real, as on an accelerator: the trace shows the skipped steps and the
-scale settling to a value the gradients fit in. For the saturation-mode run every float16 result
-saturates to +-65504 instead of becoming inf, as on a first-generation Atlas chip, so the gradients
-stay finite and only the saturation check can see the overflow.
+The model computes in float16 (master weights stay float32) from a loss scale of 2^32, far too
+large, so its backward pass overflows for real. On a first-generation Atlas chip (saturation mode)
+an overflowing float16 result is clamped to +-65504 instead of becoming inf; this demo reproduces
+that on the CPU by clamping every float16 result. Three runs:
+
+- a saturating chip with overflow_mode="saturation": the matching mode sees every overflow;
+- the same chip with overflow_mode="inf_nan": the wrong mode sees no inf, so it applies every
+  overflowed step and never lowers the scale;
+- an IEEE device (inf/NaN, like a GPU or an Atlas A2) with overflow_mode="inf_nan": matching again.
+
+Each run also counts the true overflows (a scaled gradient that reached 65504 or is not finite) so
+the table can say how many each mode caught. A PNG of loss and loss scale per step is written too.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+from dataclasses import dataclass, field
+from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # the demo's tables, not TensorFlow's log
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -21,11 +31,18 @@ from npu_lossscale import (  # noqa: E402
     ExponentialUpdateLossScaleManager,
     NPULossScaleOptimizer,
 )
+from npu_lossscale.tf import kernels  # noqa: E402
 
 v1 = tf.compat.v1
-
-
 FP16_MAX = 65504.0
+
+
+def format_scale(scale: float) -> str:
+    """Loss scales one way throughout: powers of two as 2^k, anything else as a plain number."""
+    exponent = math.log2(scale) if scale > 0 else math.nan
+    if exponent == int(exponent):
+        return f"2^{int(exponent)}"
+    return f"{scale:.6g}"
 
 
 def clamp(values: tf.Tensor) -> tf.Tensor:
@@ -49,7 +66,21 @@ def build_model(features: tf.Tensor, hidden: int, saturating: bool) -> tf.Tensor
     return tf.cast(sat(tf.matmul(h, w2_16)), tf.float32)
 
 
-def train(mode: str, steps: int, trace_every: int, seed: int = 0) -> None:
+@dataclass
+class Run:
+    """One training run's settings and what it recorded per step."""
+
+    title: str
+    chip: str  # "saturation" or "inf_nan": what the simulated device does on overflow
+    mode: str  # the overflow_mode given to the manager
+    losses: list[float] = field(default_factory=list)
+    scales: list[float] = field(default_factory=list)
+    overflows: int = 0  # true overflows, whatever the mode saw
+    skipped: int = 0
+    global_step: int = 0
+
+
+def train(run: Run, steps: int, trace_every: int, seed: int = 0) -> Run:
     rng = np.random.default_rng(seed)
     true_w = rng.normal(size=(16, 1)).astype(np.float32)
     graph = tf.Graph()
@@ -57,48 +88,125 @@ def train(mode: str, steps: int, trace_every: int, seed: int = 0) -> None:
         v1.set_random_seed(seed)
         x = v1.placeholder(tf.float32, [None, 16])
         y = v1.placeholder(tf.float32, [None, 1])
-        prediction = build_model(x, 64, saturating=mode == "saturation")
+        prediction = build_model(x, 64, saturating=run.chip == "saturation")
         loss = tf.reduce_mean(tf.square(prediction - y))
         manager = ExponentialUpdateLossScaleManager(
             init_loss_scale=2**32,
             incr_every_n_steps=100,
             decr_every_n_nan_or_inf=2,
             decr_ratio=0.5,
-            overflow_mode=mode,
+            overflow_mode=run.mode,
         )
-        optimizer = NPULossScaleOptimizer(v1.train.AdamOptimizer(1e-2), manager)
+        optimizer = NPULossScaleOptimizer(v1.train.MomentumOptimizer(0.01, 0.9), manager)
         global_step = v1.train.get_or_create_global_step()
-        train_op = optimizer.minimize(loss, global_step=global_step)
         scale = manager.get_loss_scale()
-        skipped = manager.skipped_steps
+        # The truth, independent of the mode: did any scaled gradient overflow this step?
+        scaled_grads = tf.gradients(loss * scale, v1.trainable_variables())
+        overflowed = tf.reduce_any(
+            [tf.reduce_any(~tf.math.is_finite(g) | (tf.abs(g) >= FP16_MAX)) for g in scaled_grads]
+        )
+        with tf.control_dependencies([overflowed]):
+            train_op = optimizer.minimize(loss, global_step=global_step)
         with v1.Session(graph=graph) as sess:
             sess.run(v1.global_variables_initializer())
-            print(f"\n== overflow mode: {manager.overflow_mode.value} ==")
-            print(f"{'step':>5} {'loss':>10} {'loss scale':>14} {'skipped':>8} {'global_step':>12}")
+            print(f"\n== {run.title} ==")
+            print(f"{'step':>5} {'loss':>12} {'loss scale':>11} {'skipped':>8} {'global_step':>12}")
             last_skipped, last_scale = 0, None
             for step in range(1, steps + 1):
                 batch = rng.normal(size=(32, 16)).astype(np.float32)
-                feed = {x: batch, y: batch @ true_w}
-                loss_value, _ = sess.run([loss, train_op], feed)
-                scale_value, skipped_value, gs = sess.run([scale, skipped, global_step])
+                loss_value, truth, _ = sess.run(
+                    [loss, overflowed, train_op], {x: batch, y: batch @ true_w}
+                )
+                scale_value, skipped_value, gs = sess.run(
+                    [scale, manager.skipped_steps, global_step]
+                )
+                run.losses.append(float(loss_value))
+                run.scales.append(float(scale_value))
+                run.overflows += int(truth)
                 newly_skipped = skipped_value > last_skipped
                 scale_changed = scale_value != last_scale
+                unseen = truth and not newly_skipped
+                if step % trace_every == 0 or scale_changed or (unseen and step <= 3):
+                    if newly_skipped:
+                        mark = "  <- overflow, step skipped"
+                    elif truth:
+                        mark = "  <- overflow NOT seen, step applied"
+                    else:
+                        mark = ""
+                    print(
+                        f"{step:>5} {loss_value:>12.4g} {format_scale(scale_value):>11}"
+                        f" {skipped_value:>8d} {gs:>12d}{mark}"
+                    )
                 last_skipped, last_scale = skipped_value, scale_value
-                if step % trace_every == 0 or scale_changed:
-                    mark = "  <- overflow, step skipped" if newly_skipped else ""
-                    print(f"{step:>5} {loss_value:>10.4f} {scale_value:>14.6g} {skipped_value:>8d}"
-                          f" {gs:>12d}{mark}")
-            print(f"done: {steps} steps, {last_skipped} skipped, final loss scale {scale_value:g},"
-                  f" global_step {gs} (advanced only on applied steps)")
+            run.skipped, run.global_step = int(last_skipped), int(gs)
+    return run
+
+
+def summarize(runs: list[Run]) -> None:
+    print(f"\n{'run':<48} {'overflows':>9} {'caught':>6} {'final scale':>11} {'final loss':>11}")
+    for run in runs:
+        print(
+            f"{run.title:<48} {run.overflows:>9d} {run.skipped:>6d}"
+            f" {format_scale(run.scales[-1]):>11} {run.losses[-1]:>11.4g}"
+        )
+    right, wrong = runs[0], runs[1]
+    print(
+        f"On a saturating chip the matching mode caught {right.skipped} of {right.overflows} "
+        f"overflows; the wrong mode caught {wrong.skipped} of {wrong.overflows}, applied the "
+        f"clamped gradients, never lowered the scale, and ended at loss {wrong.losses[-1]:.4g} "
+        f"instead of {right.losses[-1]:.4g}."
+    )
+
+
+def plot(runs: list[Run], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # a file, never a window
+    from matplotlib import pyplot
+
+    figure, (loss_axes, scale_axes) = pyplot.subplots(2, 1, figsize=(9, 7), sharex=True)
+    # The two matching runs coincide: a wide pale line under a thin dashed one shows both.
+    styles = [
+        dict(color="tab:blue", linewidth=4, alpha=0.5),
+        dict(color="tab:red", linewidth=1.2),
+        dict(color="black", linewidth=1, linestyle="--"),
+    ]
+    for run, style in zip(runs, styles):
+        steps = range(1, len(run.losses) + 1)
+        loss_axes.plot(steps, run.losses, label=run.title, **style)
+        scale_axes.plot(steps, run.scales, label=run.title, **style)
+    loss_axes.set_yscale("log")
+    loss_axes.set_ylabel("loss")
+    loss_axes.legend(fontsize=8)
+    scale_axes.set_yscale("log", base=2)
+    scale_axes.set_ylabel("loss scale")
+    scale_axes.set_xlabel("step")
+    figure.suptitle("npu_lossscale: the overflow mode must match the device")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--trace-every", type=int, default=25)
+    parser.add_argument("--trace-every", type=int, default=50)
+    parser.add_argument("--plot", type=Path, default=Path("build") / "demo" / "loss_scale.png")
     args = parser.parse_args()
-    for mode in ("inf_nan", "saturation"):
-        train(mode, args.steps, args.trace_every)
+    if not kernels.built():
+        print("Compiling the fused CPU ops once (about 15 s; cached afterwards)...", flush=True)
+        kernels.register_ops()
+    runs = [
+        Run("saturating chip, overflow_mode='saturation'", chip="saturation", mode="saturation"),
+        Run("saturating chip, overflow_mode='inf_nan' (wrong)", chip="saturation", mode="inf_nan"),
+        Run("IEEE device, overflow_mode='inf_nan'", chip="inf_nan", mode="inf_nan"),
+    ]
+    for run in runs:
+        train(run, args.steps, args.trace_every)
+    summarize(runs)
+    plot(runs, args.plot)
+    print(f"Loss and loss scale per step: {args.plot}")
 
 
 if __name__ == "__main__":

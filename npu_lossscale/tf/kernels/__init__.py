@@ -100,6 +100,16 @@ def register_ops() -> None:
         )
 
 
+def built() -> bool:
+    """Whether using the ops now is quick: loaded already, cached, disabled or unbuildable here.
+
+    False means the next use compiles them (about 15 s), so a script can say so before it waits.
+    """
+    if "library" in _state or not enabled() or _unusable_reason() is not None:
+        return True
+    return (_cache_dir() / "npu_lossscale_ops.so").exists()
+
+
 def unavailable_reason() -> str | None:
     """Why the op could not be used in this process (None if it loaded or was never tried)."""
     return _state.get("reason")  # type: ignore[return-value]
