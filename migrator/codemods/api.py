@@ -108,6 +108,46 @@ def is_vendor_module(name: str) -> bool:
     return name == "npu_bridge" or name.startswith("npu_bridge.")
 
 
+# Where Keras optimizers live: tf.optimizers is Keras in TF 2, tf_keras is Keras 2 standalone,
+# TensorFlow Addons' LAMB/AdamW are Keras optimizers too.
+_KERAS_OPTIMIZER_PREFIXES = (
+    "tensorflow.keras.",
+    "tensorflow.optimizers.",
+    "tensorflow.python.keras.",
+    "keras.",
+    "tf_keras.",
+    "tensorflow_addons.",
+    "horovod.tensorflow.keras.",
+    "horovod.keras.",
+)
+# Where tf.compat.v1 optimizers live (canonical spelling, `compat.v1` dropped).
+_V1_OPTIMIZER_PREFIXES = (
+    "tensorflow.train.",
+    "tensorflow.contrib.opt.",
+    "tensorflow.python.training.",
+)
+
+
+def optimizer_flavour(name: str) -> str | None:
+    """'keras' or 'v1' for a canonical optimizer constructor or base class name, else None."""
+    if name.startswith(_KERAS_OPTIMIZER_PREFIXES):
+        return "keras"
+    if name.startswith(_V1_OPTIMIZER_PREFIXES) and name.endswith("Optimizer"):
+        return "v1"
+    return None
+
+
+def wraps_optimizer(name: str) -> bool:
+    """Calls whose result is their first argument, wrapped: the flavour is that argument's."""
+    return classify(name) in (Kind.TF_OPTIMIZER, Kind.GRAPH_REWRITE, Kind.CONTRIB_OPTIMIZER) or (
+        is_horovod_module(name) and name.endswith(".DistributedOptimizer")
+    )
+
+
+def mentions_keras(name: str) -> bool:
+    return name.startswith(_KERAS_OPTIMIZER_PREFIXES) or name in ("keras", "tensorflow.keras")
+
+
 def is_horovod_module(name: str) -> bool:
     return name == "horovod" or name.startswith("horovod.")
 

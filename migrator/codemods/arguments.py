@@ -64,7 +64,20 @@ def append_keyword(args: Sequence[cst.Arg], name: str, value: cst.BaseExpression
         )
         out[-1] = last.with_changes(comma=between)
         new = new.with_changes(comma=last.comma)
+    elif len(out) >= 2 and _breaks_line(out[-2].comma):
+        # One argument per line and no trailing comma: the new one goes on its own line, indented
+        # like the others, and the closing bracket keeps the whitespace it had.
+        out[-1] = last.with_changes(
+            comma=out[-2].comma, whitespace_after_arg=cst.SimpleWhitespace("")
+        )
+        new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
     return out + [new]
+
+
+def _breaks_line(comma: cst.Comma | cst.MaybeSentinel) -> bool:
+    return isinstance(comma, cst.Comma) and isinstance(
+        comma.whitespace_after, cst.ParenthesizedWhitespace
+    )
 
 
 def without_trailing_comma(args: Sequence[cst.Arg]) -> list[cst.Arg]:

@@ -9,10 +9,10 @@ is the right value in both cases, so we reuse it instead of hard-coding True.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 
 import libcst as cst
-from libcst.metadata import Assignment, ClassScope, ComprehensionScope, FunctionScope, Scope
+from libcst.metadata import Assignment, FunctionScope, GlobalScope, Scope
 
 from migrator.codemods.api import is_horovod_module
 
@@ -46,6 +46,9 @@ class DistributedFacts:
     # simple `name = <world-size test>` assignments: name -> (the assigned Name node, whether the
     # test holds on several workers rather than on one)
     size_tests: dict[str, tuple[cst.Name, bool]] = dataclasses.field(default_factory=dict)
+    # `X.DistributedOptimizer(...)` and `X.init()` calls: where the script turns Horovod on
+    wrappers: list[cst.Call] = dataclasses.field(default_factory=list)
+    init_calls: list[cst.Call] = dataclasses.field(default_factory=list)
 
     @property
     def trains_distributed(self) -> bool:
@@ -160,6 +163,109 @@ def _visible(scope: Scope | None, name: str, wanted: Callable[[Assignment], bool
     return len(assignments) == 1 and wanted(assignments[0])
 
 
+def _enclosing_function(node: cst.CSTNode, parent: Parent) -> cst.CSTNode | None:
+    current = parent(node)
+    while current is not None and not isinstance(current, (cst.FunctionDef, cst.Module)):
+        current = parent(current)
+    return current
+
+
+def _guards(node: cst.CSTNode, parent: Parent) -> list[tuple[cst.If, bool]]:
+    """The `if` statements around ``node`` up to its function: (statement, in its else)."""
+    guards = []
+    child: cst.CSTNode = node
+    current = parent(node)
+    while current is not None and not isinstance(current, (cst.FunctionDef, cst.Module)):
+        if isinstance(current, cst.If) and child is not current.test:
+            guards.append((current, child is current.orelse))
+        child, current = current, parent(current)
+    return guards
+
+
+def _condition(guards: list[tuple[cst.If, bool]]) -> cst.BaseExpression:
+    """The guards as one expression a reader recognises: `a and not (b)`."""
+    parts = []
+    for statement, in_else in reversed(guards):
+        test = statement.test.deep_clone()
+        if in_else:
+            text = _code(test)
+            simple = isinstance(test, (cst.Name, cst.Attribute, cst.Call))
+            test = cst.parse_expression(f"not {text}" if simple else f"not ({text})")
+        elif isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+            test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        parts.append(test)
+    expr = parts[0]
+    for part in parts[1:]:
+        expr = cst.BooleanOperation(expr, cst.And(), part)
+    return expr
+
+
+def _wrapper_decision(call: cst.Call, facts: DistributedFacts, parent: Parent) -> Decision | None:
+    """Where the optimizer's own function applies `hvd.DistributedOptimizer`, distribution is on
+    exactly when that wrapper is (UNet-style `if hvd_utils.is_using_hvd(): opt = hvd.Distri...`):
+    the script's own condition, not a literal True that breaks its single-device runs."""
+    home = _enclosing_function(call, parent)
+    around = {id(statement) for statement, _ in _guards(call, parent)}
+    conditions = []
+    for wrapper in facts.wrappers:
+        if _enclosing_function(wrapper, parent) is not home:
+            continue
+        own = [(s, e) for s, e in _guards(wrapper, parent) if id(s) not in around]
+        if not own:
+            return cst.Name("True"), "this function always wraps the optimizer for Horovod"
+        conditions.append(_condition(own))
+    codes = {_code(c) for c in conditions}
+    if len(codes) != 1:
+        return None
+    condition = conditions[0]
+    return condition, f"Horovod wraps the optimizer only when `{_code(condition)}`"
+
+
+def _init_decision(facts: DistributedFacts, scope: Scope | None, parent: Parent) -> Decision | None:
+    """`hvd.size() > 1` needs `hvd.init()`; where the script initialises Horovod only under a flag
+    (`if FLAGS.horovod: hvd.init()`), the flag goes first so single-device runs never call it."""
+    for alias, statement in facts.horovod_aliases.items():
+        if alias not in facts.initialised or not _visible(
+            scope, alias, lambda a, s=statement: a.node is s
+        ):
+            continue
+        inits = [
+            c
+            for c in facts.init_calls
+            if isinstance(c.func, cst.Attribute) and _code(c.func.value) == alias
+        ]
+        guarded = [_guards(c, parent) for c in inits]
+        size = f"{alias}.size() > 1"
+        if any(not g for g in guarded):
+            return cst.parse_expression(size), f"the file trains with Horovod ({size} at run time)"
+        codes = {_code(_condition(g)) for g in guarded}
+        if len(codes) == 1 and _global_names_only(_condition(guarded[0]), scope):
+            (condition,) = codes
+            value = cst.parse_expression(f"{condition} and {size}")
+            return value, f"Horovod is initialised only when `{condition}`"
+    return None
+
+
+def _global_names_only(expr: cst.BaseExpression, scope: Scope | None) -> bool:
+    """Whether every name in ``expr`` means the same where the optimizer is built (a module flag
+    such as FLAGS.horovod, not a local of the function that called hvd.init())."""
+    if scope is None:
+        return False
+    names = [n.value for n in _walk_names(expr)]
+    return all(name in scope.globals for name in names)
+
+
+def _walk_names(node: cst.CSTNode) -> Iterator[cst.Name]:
+    if isinstance(node, cst.Name):
+        yield node
+        return
+    if isinstance(node, cst.Attribute):
+        yield from _walk_names(node.value)
+        return
+    for child in node.children:
+        yield from _walk_names(child)
+
+
 def is_distributed_value(
     call: cst.Call,
     facts: DistributedFacts,
@@ -170,7 +276,10 @@ def is_distributed_value(
 ) -> tuple[cst.BaseExpression | None, str]:
     """The `is_distributed=` value for an optimizer built by `call` (None: leave the default).
 
-    Returns the expression and a human reason for the report.
+    Returns the expression and a human reason for the report. In order: a world-size `if`
+    around the call, a variable holding such a test, the condition under which the same function
+    applies Horovod's wrapper, the condition under which Horovod is initialised; True only where
+    the file trains distributed with no condition the tool can see.
     """
     decision = _branch_decision(call, parent, canonical)
     if decision is not None:
@@ -181,25 +290,36 @@ def is_distributed_value(
                 return cst.Name(name), f"`{name}` holds the script's world-size test"
             value = cst.parse_expression(f"not {name}")
             return value, f"`{name}` holds the script's single-worker test"
-    for alias, statement in facts.horovod_aliases.items():
-        bound_here = _visible(scope, alias, lambda a, s=statement: a.node is s)
-        if alias in facts.initialised and bound_here:
-            expr = cst.parse_expression(f"{alias}.size() > 1")
-            return expr, f"the file trains with Horovod ({alias}.size() > 1 at run time)"
+    decision = _wrapper_decision(call, facts, parent) or _init_decision(facts, scope, parent)
+    if decision is not None:
+        return decision
     reason = "Horovod" if facts.horovod_imported else "a tf.distribute strategy"
     return cst.Name("True"), f"the file trains with {reason}"
 
 
-def horovod_parameter(scope: Scope | None, parent: Parent) -> tuple[cst.BaseExpression, str] | None:
+def horovod_parameter(
+    scope: Scope | None, parent: Parent, aliases: Collection[str] = ()
+) -> tuple[cst.BaseExpression, str] | None:
     """`is_distributed=` for an optimizer built in a function that is handed Horovod.
 
     Such a function (NVIDIA's BERT `create_optimizer(..., hvd=None)`) gets None, or Horovod on a
     single worker, when training on one device, so the value is the run-time test
-    `hvd is not None and hvd.size() > 1` (`is not None` only where the default is None).
+    `hvd is not None and hvd.size() > 1` (`is not None` only where the default is None). A
+    parameter counts as Horovod when it is used with an attribute only Horovod has, or when it
+    shadows the file's own Horovod import (`import horovod.tensorflow as hvd` and `hvd=None`).
+    Enclosing functions are searched too (a model_fn defined inside a builder that takes hvd).
     """
-    # Out of comprehensions and class bodies to the function; the global scope ends the search.
-    while isinstance(scope, (ComprehensionScope, ClassScope)):
+    while scope is not None and not isinstance(scope, GlobalScope):
+        found = _horovod_parameter_of(scope, parent, aliases)
+        if found is not None:
+            return found
         scope = scope.parent
+    return None
+
+
+def _horovod_parameter_of(
+    scope: Scope, parent: Parent, aliases: Collection[str]
+) -> tuple[cst.BaseExpression, str] | None:
     if not isinstance(scope, FunctionScope) or not isinstance(scope.node, cst.FunctionDef):
         return None
     params = scope.node.params
@@ -208,17 +328,21 @@ def horovod_parameter(scope: Scope | None, parent: Parent) -> tuple[cst.BaseExpr
         assignments = list(scope[name]) if name in scope else []
         if len(assignments) != 1 or assignments[0].node is not param:
             continue
-        used = sorted(
+        attributes = sorted(
             attribute.attr.value
             for access in assignments[0].references
             if isinstance(attribute := parent(access.node), cst.Attribute)
             and attribute.value is access.node
-            and attribute.attr.value in _HOROVOD_ONLY_ATTRIBUTES
         )
-        if not used:
+        used = [a for a in attributes if a in _HOROVOD_ONLY_ATTRIBUTES]
+        if used:
+            evidence = f"is used as Horovod (`{name}.{used[0]}`)"
+        elif name in aliases and attributes:
+            evidence = f"shadows the file's Horovod import `{name}`"
+        else:
             continue
         optional = isinstance(param.default, cst.Name) and param.default.value == "None"
         test = f"{name} is not None and {name}.size() > 1" if optional else f"{name}.size() > 1"
-        why = f"the parameter `{name}` is used as Horovod (`{name}.{used[0]}`): true at run time"
+        why = f"the parameter `{name}` {evidence}: true at run time"
         return cst.parse_expression(test), f"{why} only on several workers"
     return None

@@ -106,6 +106,7 @@ class _Optimizer:
     bound: dict[str, int]
     manager: str = ""  # "dynamic" | "fixed" | "ctor" | "default"
     ctor: _Ctor | None = None
+    keras: bool = False  # left because it wraps a Keras optimizer
 
 
 class LossScaleAnalyzer(cst.CSTVisitor):
@@ -140,6 +141,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         # class names a contrib `import *` binds, which the port's own import must not shadow
         self._star_bound: set[str] = set()
         self._global: Scope | None = None
+        self._uses_keras = False
         self.names: dict[str, str] = {}
         self.imports = ImportPlan()
 
@@ -246,8 +248,10 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 return True
         return False
 
-    def _give_up(self, rule: str, message: str) -> None:
+    def _give_up(self, rule: str, message: str, at: cst.CSTNode | None = None) -> None:
         first = min((f.line for f in self.findings if f.kind == "change"), default=1)
+        if at is not None:
+            first = self.line(at)
         self.findings = [f for f in self.findings if f.kind != "change"]
         self.findings.append(Finding(self.path, first, rule, message, "warning"))
         self.edits = Edits()
@@ -329,6 +333,13 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             and isinstance(node.func.value, cst.Name)
         ):
             self.facts.initialised.add(node.func.value.value)
+            self.facts.init_calls.append(node)
+        elif (
+            func is not None
+            and api.is_horovod_module(func)
+            and func.endswith(".DistributedOptimizer")
+        ):
+            self.facts.wrappers.append(node)
 
     def _getattr(self, call: cst.Call) -> None:
         if not call.args:
@@ -364,6 +375,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             )
             return False
         name = self.canonical(node)
+        if name is not None and api.mentions_keras(name):
+            self._uses_keras = True
         kind = api.classify(name) if name is not None else None
         if kind is None:
             return True
@@ -466,6 +479,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         problem = bound if isinstance(bound, str) else None
         if not isinstance(bound, str) and "opt" not in bound:
             problem = "the optimizer argument is missing"
+        keras = None if problem is not None else self._keras_problem(call.args[bound["opt"]].value)
+        problem = problem or keras
         if kind is Kind.GRAPH_REWRITE and isinstance(self.parent(call), cst.Expr):
             problem = (
                 "its result is unused, so it only switches on TF's fp16 graph rewrite and no loss "
@@ -473,10 +488,95 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 "precision_mode, review by hand"
             )
         self._optimizers.append(
-            _Optimizer(call, kind, self.line(call), problem, bound if problem is None else {})
+            _Optimizer(
+                call,
+                kind,
+                self.line(call),
+                problem,
+                bound if problem is None else {},
+                keras=keras is not None and problem == keras,
+            )
         )
         self._consume(node)
         self.sites.append(Site(call, (), self._provider(node)))
+
+    def _keras_problem(self, inner: cst.BaseExpression) -> str | None:
+        """Why the inner optimizer cannot go into the tf.compat.v1 NPULossScaleOptimizer: a Keras
+        optimizer there raises ValueError at start-up. Decided by the constructor's qualified
+        name; where it cannot be seen in a file that uses Keras, the port goes ahead with a
+        warning (a TF1 script's optimizers are v1 ones, so silence there is no guess)."""
+        flavour = self._flavour(inner, set())
+        if flavour == "cycle":
+            flavour = None
+        if flavour == "keras":
+            return (
+                f"`{_code(inner)}` is a Keras optimizer, which the tf.compat.v1 "
+                f"{api.OPTIMIZER} rejects (ValueError at start-up); npu_lossscale has no Keras "
+                "loss-scale optimizer yet, so port it by hand"
+            )
+        if flavour is None and self._uses_keras:
+            self._warn(
+                inner,
+                "optimizer-kind-unknown",
+                f"cannot tell whether `{_code(inner)}` is a tf.compat.v1 or a Keras optimizer; "
+                f"it was wrapped in the tf.compat.v1 {api.OPTIMIZER}, which raises ValueError at "
+                "start-up if it is a Keras one",
+            )
+        return None
+
+    def _flavour(self, expr: cst.BaseExpression, seen: set[int]) -> str | None:
+        """'keras', 'v1' or None (unknown) for an optimizer expression, following names to their
+        assignments in scope and Horovod's wrapper to what it wraps."""
+        if id(expr) in seen:
+            return "cycle"  # `opt = wrap(opt)`: says nothing about the optimizer itself
+        if len(seen) > 8:
+            return None
+        seen.add(id(expr))
+        if isinstance(expr, cst.Call):
+            name = self.canonical(expr.func)
+            if name is not None:
+                flavour = api.optimizer_flavour(name)  # horovod.tensorflow.keras is Keras
+                if flavour is None and api.wraps_optimizer(name) and expr.args:
+                    return self._flavour(expr.args[0].value, seen)
+                return flavour
+            return self._class_flavour(expr.func)
+        if isinstance(expr, cst.Name):
+            flavours = {self._assigned_flavour(a, seen) for a in self._assignments(expr)}
+            flavours.discard("cycle")
+            if "keras" in flavours:
+                return "keras"
+            return "v1" if flavours == {"v1"} else None
+        return None
+
+    def _assignments(self, name: cst.Name) -> list[Assignment]:
+        scope = self.scope(name)
+        if scope is None or name.value not in scope:
+            return []
+        return [a for a in scope[name.value] if isinstance(a, Assignment)]
+
+    def _assigned_flavour(self, assignment: Assignment, seen: set[int]) -> str | None:
+        target = assignment.node
+        holder = self.parent(target)
+        statement = self.parent(holder) if holder is not None else None
+        if isinstance(holder, cst.AssignTarget) and isinstance(statement, cst.Assign):
+            return self._flavour(statement.value, seen)
+        return None
+
+    def _class_flavour(self, func: cst.BaseExpression) -> str | None:
+        """A class defined in this file: Keras or v1 by its bases (BERT's AdamWeightDecay)."""
+        if not isinstance(func, cst.Name):
+            return None
+        classes = [a.node for a in self._assignments(func) if isinstance(a.node, cst.ClassDef)]
+        if len(classes) != 1:
+            return None
+        for base in classes[0].bases:
+            name = self.canonical(base.value)
+            flavour = api.optimizer_flavour(name) if name is not None else None
+            if flavour is None and isinstance(base.value, cst.Name):
+                flavour = self._class_flavour(base.value)
+            if flavour is not None:
+                return flavour
+        return None
 
     def _unported(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, name: str) -> None:
         self._warn(
@@ -501,6 +601,11 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     # ----------------------------------------------------------------- decisions
     def finish(self) -> None:
         """Resolve the cross-site decisions once the whole file has been seen."""
+        for call, _ in self._contrib_optimizers:
+            keras = self._keras_problem(call.args[0].value) if call.args else None
+            if keras is not None:
+                self._give_up("unported-api", f"nothing was changed: {keras}", call)
+                return
         self._resolve_tf_sites()
         for call, line in self._contrib_optimizers:
             value, why = self._is_distributed(call)
@@ -531,11 +636,25 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             return None, "of --distributed never"
         if self.distributed == "always":
             return cst.Name("True"), "of --distributed always"
+        # A function handed Horovod as a parameter decides for itself, whatever the file imports.
+        handed = horovod_parameter(self.scope(call), self.parent, self.facts.horovod_aliases)
+        if handed is not None:
+            return handed
         if not self.facts.trains_distributed:
-            return horovod_parameter(self.scope(call), self.parent) or (None, "")
-        return is_distributed_value(
+            return None, ""
+        value, why = is_distributed_value(
             call, self.facts, parent=self.parent, canonical=self.canonical, scope=self.scope(call)
         )
+        if self.facts.horovod_imported and not self.facts.initialised and _is_true(value):
+            self._warn(
+                call,
+                "distributed-unverified",
+                "is_distributed=True: the file uses Horovod but never calls hvd.init(); the "
+                "optimizer raises at graph build unless Horovod is initialised first (e.g. by "
+                "the runner). If the script also runs without Horovod, pass the condition it "
+                "uses instead",
+            )
+        return value, why
 
     def _resolve_tf_sites(self) -> None:
         for opt in self._optimizers:
@@ -666,6 +785,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
 
     def _emit_optimizer(self, opt: _Optimizer) -> None:
         rule = "graph-rewrite" if opt.kind is Kind.GRAPH_REWRITE else "tf-loss-scale-optimizer"
+        if opt.keras:
+            rule = "unported-api"
         what = _code(opt.call.func)
         if opt.problem is not None:
             self.findings.append(
@@ -781,6 +902,10 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 self.edits.removals.setdefault(node, set()).add(index)
                 self._removed_bindings.add((id(node), bound))
                 self._change(node, "contrib-import", f"removed the unused import of `{bound}`")
+
+
+def _is_true(value: cst.BaseExpression | None) -> bool:
+    return isinstance(value, cst.Name) and value.value == "True"
 
 
 def _ctor_rule(kind: Kind) -> str:
