@@ -80,3 +80,32 @@ def test_an_optimizer_of_unknown_kind_is_ported_with_a_warning(keras_report: lis
 def test_true_without_hvd_init_in_the_file_is_flagged(keras_report: list[dict]) -> None:
     flagged = {f["line"] for f in keras_report if f["rule"] == "distributed-unverified"}
     assert flagged == {31, 36}
+
+
+def test_a_loss_scale_object_read_by_calling_it_is_ported_and_runs(tmp_path: Path) -> None:
+    """`loss_scaler()` (to log the scale) no longer blocks the port: the NPU managers are
+    callable like TensorFlow's LossScale objects, and the logged value is the scale in use."""
+    shutil.copy(FIXTURES / "loss_scale_callable" / "train.py", tmp_path / "train.py")
+    report = tmp_path / "report.json"
+    proc = run_cli("--write", "--report", report, tmp_path / "train.py")
+    assert proc.returncode == 0, proc.stderr
+    findings = json.loads(report.read_text(encoding="utf-8"))["findings"]
+    assert not [f for f in findings if f["kind"] == "warning"], findings
+    code = (tmp_path / "train.py").read_text()
+    assert "DynamicLossScale" not in code and "loss_scaler()" in code
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("INF_NAN_MODE_ENABLE", None)
+    done = subprocess.run(
+        [sys.executable, "train.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    clean, overflow, clean_again = json.loads(done.stdout)
+    assert (clean["global_step"], clean["scale"]) == (1, 1024.0)
+    assert overflow["w"] == clean["w"] and overflow["global_step"] == 1
+    assert overflow["scale"] == 512.0  # TF's DynamicLossScale halves on every overflow
+    assert clean_again["global_step"] == 2

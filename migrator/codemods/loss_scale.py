@@ -45,6 +45,16 @@ _TF_CTOR_PARAMS = {
     Kind.TF_FIXED: ("loss_scale_value",),
 }
 _TF_OPT_PARAMS = ("opt", "loss_scale")
+_LOSS_SCALE_CLASS_NAMES = frozenset(
+    {
+        "LossScaleOptimizer",
+        "ExponentialUpdateLossScaleManager",
+        "FixedLossScaleManager",
+        "MixedPrecisionLossScaleOptimizer",
+        "DynamicLossScale",
+        "FixedLossScale",
+    }
+)
 # Local names used when the file already binds an npu_lossscale class name to something else.
 _ALIASES = {
     api.FIXED: "NPUFixedLossScaleManager",
@@ -364,7 +374,16 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if not _is_dotted_name(node):
             # `Optimizer(...).minimize`, `managers[0].get_loss_scale`: an attribute of a value.
             # libcst names it after the expression it hangs off, but only that expression (a
-            # call, visited next) can be ported; the attribute stays as it is.
+            # call, visited next) can be ported; the attribute stays as it is. A loss-scale
+            # class reached that way (`contrib.mixed_precision().LossScaleOptimizer`, a lazy
+            # loader) is warned: the tool cannot port what it cannot resolve.
+            if isinstance(node, cst.Attribute) and node.attr.value in _LOSS_SCALE_CLASS_NAMES:
+                self._warn(
+                    node,
+                    "unresolved-access",
+                    f"`{_code(node)}` reaches a loss-scale class through a call or a value the "
+                    "tool cannot follow (a lazy loader?); port it by hand",
+                )
             return True
         if self._ambiguous(node):
             self._warn(
@@ -739,11 +758,16 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if problem is None and not ctor.consumers:
             problem = (
                 "it is not passed to an optimizer the tool ports; the NPU managers have another "
-                "interface (no __call__/update), so port its uses by hand"
+                "interface (no update()), so port its uses by hand"
             )
         if problem is None and ctor.variable is not None:
             passed = {id(o.call.args[o.bound["loss_scale"]].value) for o in ctor.consumers}
-            others = [r for r in ctor.variable.references if id(r.node) not in passed]
+            # `loss_scaler()` reads the scale, which the NPU managers answer the same way.
+            others = [
+                r
+                for r in ctor.variable.references
+                if id(r.node) not in passed and not self._called_bare(r.node)
+            ]
             if others:
                 problem = (
                     f"`{ctor.variable.name}` is also used at line {self.line(others[0].node)} "
@@ -782,6 +806,10 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         )
         if ctor.kind is Kind.TF_DYNAMIC:
             self._dynamic_calls.append(ctor.call)
+
+    def _called_bare(self, node: cst.CSTNode) -> bool:
+        call = self.parent(node)
+        return isinstance(call, cst.Call) and call.func is node and not call.args
 
     def _emit_optimizer(self, opt: _Optimizer) -> None:
         rule = "graph-rewrite" if opt.kind is Kind.GRAPH_REWRITE else "tf-loss-scale-optimizer"

@@ -105,6 +105,11 @@ class LossScaleManager(tf.Module, abc.ABC):
     def get_loss_scale(self) -> tf.Tensor:
         """The current loss scale, a float32 scalar tensor."""
 
+    def __call__(self) -> tf.Tensor:
+        """The current loss scale, as TensorFlow's LossScale objects give it when called: scripts
+        log `loss_scaler()` (NVIDIA's BERT does), and a ported one must keep working."""
+        return self.get_loss_scale()
+
     @abc.abstractmethod
     def update_loss_scale(self, finite_grads: tf.Tensor | bool) -> tf.Operation | None:
         """Record one step whose (all-reduced) gradients were finite or not.

@@ -1,0 +1,302 @@
+"""Port real public training files with npu-migrate and check what a correct port must show.
+
+    python benchmarks/realcode.py SNAPSHOT_DIR --materialize   # write the files from the mirrors
+    python benchmarks/realcode.py SNAPSHOT_DIR                 # port, check, print the table
+
+The files are listed in benchmarks/realcode/manifest.tsv (repository, commit, path, kind, expect),
+pinned by commit. `--materialize` reads them from the bare git mirrors under --mirrors (one
+`owner+name/repo` directory per repository, as the project's fetch tool leaves them) into
+SNAPSHOT_DIR/owner+name/path; the snapshots stay outside the repository and outside `make test`.
+
+Each repository's files are ported together (cross-file facts need the whole set) with the real
+CLI into a temporary copy, and every row's expectations are checked against the ported file and
+the JSON report. Expectations, separated by `;`:
+
+    changed | unchanged       the file was rewritten / left byte-identical
+    no-contrib                no tf.contrib.mixed_precision use is left (comments aside)
+    warn:RULE                 the report warns about this file with that rule
+    no-warn:RULE              ... and does not
+    has:TEXT | not:TEXT       the ported code (comments aside) contains / does not contain TEXT
+
+Besides the expectations, every changed file is compiled and imported in a fresh process under
+TensorFlow 2.21 (TF1-style files through tf.compat.v1, as they run there); a file whose import
+needs a package this machine lacks is "n/a". A file that defines `create_optimizer` is then
+trained on a toy variable for three steps (clean, overflow, clean); where it scales the loss the
+overflowed step must leave the weights and global_step exactly as they were. An import or build
+failure counts against the port only when the report has no warning for that file.
+
+Exit status 1 when any expectation, import or training check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+MANIFEST = HERE / "realcode" / "manifest.tsv"
+
+# Runs in a fresh process: import the ported file the way a TF 1 script runs on TF 2.21, then
+# train its create_optimizer on a toy variable if it has one.
+_PROBE = r"""
+import importlib.util, inspect, json, math, os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+path, tf1 = sys.argv[1], sys.argv[2] == "1"
+import tensorflow
+import npu_lossscale.tf  # the library's own TF 2 imports, before the TF 1 alias below
+if tf1:
+    v1 = tensorflow.compat.v1
+    v1.disable_v2_behavior()
+    sys.modules["tensorflow"] = v1
+sys.path.insert(0, os.path.dirname(path))
+result = {"import": "ok", "train": "n/a"}
+try:
+    spec = importlib.util.spec_from_file_location("ported_module", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+except ModuleNotFoundError as error:
+    missing = (error.name or "").split(".")[0]
+    if missing in ("tensorflow", "npu_lossscale"):
+        result["import"] = f"FAIL ModuleNotFoundError: {error}"
+    else:
+        result["import"] = f"n/a (needs {missing})"
+    print(json.dumps(result)); sys.exit(0)
+except Exception as error:
+    result["import"] = f"FAIL {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+    print(json.dumps(result)); sys.exit(0)
+factory = getattr(module, "create_optimizer", None)
+if tf1 and callable(factory):
+    tf = tensorflow.compat.v1
+    values = {"init_lr": 0.01, "learning_rate": 0.01, "num_train_steps": 100,
+              "num_warmup_steps": 1, "warmup_steps": 1, "use_tpu": False, "hvd": None,
+              "use_fp16": True, "manual_fp16": False}
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0, 3.0]))
+            k = tf.placeholder(tf.float32, [])
+            loss = k * tf.reduce_sum(w * w)
+            params = inspect.signature(factory).parameters
+            scaled = "use_fp16" in params
+            kwargs = {n: values[n] for n in params if n in values and n != "loss"}
+            train_op = factory(loss, **kwargs)
+            if isinstance(train_op, tuple):
+                train_op = train_op[0]
+            step = tf.train.get_global_step()
+            with tf.Session(graph=graph) as sess:
+                sess.run(tf.global_variables_initializer())
+                states = []
+                for value in (1.0, math.inf if scaled else 1.0, 1.0):
+                    sess.run(train_op, {k: value})
+                    states.append((sess.run(w).tolist(), int(sess.run(step))))
+        if scaled:
+            ok = states[1] == states[0] and states[2][1] == states[0][1] + 1
+            what = "overflow skipped, step advanced on clean steps only"
+        else:
+            ok = states[2][1] == states[0][1] + 2
+            what = "three clean steps"
+        result["train"] = ("ok (" + what + ")") if ok else f"FAIL {states}"
+    except Exception as error:
+        result["train"] = f"FAIL {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+print(json.dumps(result))
+"""
+
+
+@dataclass
+class Row:
+    repo: str
+    commit: str
+    path: str
+    kind: str
+    expect: list[str]
+    failures: list[str] = field(default_factory=list)
+    imported: str = "-"
+    trained: str = "-"
+
+    @property
+    def folder(self) -> str:
+        return self.repo.replace("/", "+")
+
+
+def read_manifest(path: Path) -> list[Row]:
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#") or line.startswith("repository\t"):
+            continue
+        repo, commit, file, kind, expect = line.split("\t")
+        rows.append(Row(repo, commit, file, kind, [e.strip() for e in expect.split(";") if e]))
+    return rows
+
+
+def materialize(rows: list[Row], snapshot: Path, mirrors: Path) -> None:
+    missing = set()
+    for row in rows:
+        git_dir = mirrors / row.folder / "repo"
+        if not git_dir.exists():
+            missing.add(row.repo)
+            continue
+        data = subprocess.run(
+            ["git", f"--git-dir={git_dir}", "show", f"{row.commit}:{row.path}"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        target = snapshot / row.folder / row.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    for repo in sorted(missing):
+        print(f"missing mirror for {repo}: fetch it first", file=sys.stderr)
+
+
+def port(snapshot: Path, work: Path, folder: str) -> dict:
+    """Port one repository's files; returns the JSON report."""
+    out = work / "out" / folder
+    report = work / f"{folder}.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "migrator",
+            str(snapshot / folder),
+            "--output-dir",
+            str(out),
+            "--copy-unchanged",
+            "--no-color",
+            "--report",
+            str(report),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        check=False,
+    )
+    return json.loads(report.read_text(encoding="utf-8"))
+
+
+def _code_without_comments(text: str) -> str:
+    """The text with every comment blanked out, so a moved-and-commented original line does not
+    count as code."""
+    import io
+    import tokenize
+
+    lines = text.splitlines(keepends=True)
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:
+                row, start = token.start
+                line = lines[row - 1]
+                lines[row - 1] = line[:start] + line[token.end[1] :]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return text
+    return "".join(lines)
+
+
+def check(row: Row, original: bytes, ported: bytes, warnings: set[str]) -> None:
+    text = ported.decode("utf-8", "replace")
+    code = _code_without_comments(text)
+    for item in row.expect:
+        name, _, arg = item.partition(":")
+        if name == "changed":
+            ok = ported != original
+        elif name == "unchanged":
+            ok = ported == original
+        elif name == "no-contrib":
+            ok = "contrib.mixed_precision" not in code
+        elif name in ("warn", "no-warn"):
+            ok = (arg in warnings) == (name == "warn")
+        elif name in ("has", "not"):
+            ok = (arg in code) == (name == "has")
+        else:
+            row.failures.append(f"unknown expectation {item!r}")
+            continue
+        if not ok:
+            row.failures.append(f"expected {item}")
+
+
+def probe(row: Row, ported_path: Path, warnings: set[str]) -> None:
+    source = ported_path.read_text(encoding="utf-8", errors="replace")
+    tf1 = "compat.v1" not in source and "import tensorflow" in source
+    if "import tensorflow" not in source and "from tensorflow" not in source:
+        tf1 = False
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE, str(ported_path), "1" if tf1 else "0"],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=REPO,
+        )
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, IndexError, json.JSONDecodeError) as error:
+        result = {"import": f"FAIL probe: {type(error).__name__}", "train": "-"}
+    row.imported, row.trained = result["import"], result["train"]
+    for what, value in (("import", row.imported), ("train", row.trained)):
+        if value.startswith("FAIL") and not warnings:
+            row.failures.append(f"{what} failed with no warning: {value}")
+
+
+def run(snapshot: Path, rows: list[Row]) -> int:
+    with tempfile.TemporaryDirectory() as temp:
+        work = Path(temp)
+        reports = {}
+        for folder in sorted({r.folder for r in rows}):
+            reports[folder] = port(snapshot, work, folder)
+        for row in rows:
+            original = (snapshot / row.folder / row.path).read_bytes()
+            ported_path = work / "out" / row.folder / row.path
+            ported = ported_path.read_bytes() if ported_path.exists() else original
+            findings = [
+                f
+                for f in reports[row.folder].get("findings", [])
+                if Path(f["path"]).resolve() == (snapshot / row.folder / row.path).resolve()
+            ]
+            warnings = {f["rule"] for f in findings if f["kind"] == "warning"}
+            check(row, original, ported, warnings)
+            if ported != original and row.path.endswith(".py"):
+                probe(row, ported_path, warnings)
+    table = render(rows)
+    print(table)
+    (snapshot / "REPORT.md").write_text(table + "\n", encoding="utf-8")
+    return 1 if any(r.failures for r in rows) else 0
+
+
+def render(rows: list[Row]) -> str:
+    lines = [
+        "| repository | file | kind | expectations | import | train | why it fails |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        passed = len(row.expect) - sum(f.startswith("expected") for f in row.failures)
+        lines.append(
+            f"| {row.repo} | {row.path} | {row.kind} | {passed}/{len(row.expect)} | "
+            f"{row.imported} | {row.trained} | {'; '.join(row.failures) or ''} |"
+        )
+    bad = sum(1 for r in rows if r.failures)
+    repos = len({r.repo for r in rows})
+    lines.append("")
+    lines.append(f"{len(rows)} files from {repos} repositories: {len(rows) - bad} pass, {bad} fail")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("snapshot", type=Path, help="where the files are (or are written)")
+    parser.add_argument("--materialize", action="store_true", help="write them from mirrors")
+    parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"))
+    parser.add_argument("--manifest", type=Path, default=MANIFEST)
+    args = parser.parse_args()
+    rows = read_manifest(args.manifest)
+    if args.materialize:
+        if args.snapshot.exists():
+            shutil.rmtree(args.snapshot)
+        materialize(rows, args.snapshot, args.mirrors)
+    return run(args.snapshot, rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
