@@ -170,7 +170,11 @@ def test_class_in_another_processed_file(tmp_path):
         _method(ast.parse(opt_text), "LambLike", "apply_gradients"), "updates"
     )
     # The inserted lines follow the file's tab indentation and single quotes.
-    assert "\t\tif global_step is not None:\n\t\t\tnew_global_step = global_step + 1\n" in opt_text
+    assert "\t\tif global_step is not None:\n" in opt_text
+    assert (
+        "\t\t\twith tf.control_dependencies(updates):\n\t\t\t\tnew_global_step = global_step + 1\n"
+        in opt_text
+    )
     assert "name='step_update'" in opt_text
     assert increment_line in {f["line"] for f in _findings(report, MOVE, "run_pretraining.py")}
     assert _findings(report, MOVE, "custom_opt.py")

@@ -61,6 +61,7 @@ class FunctionFact:
     optimizers: tuple[OptimizerRef, ...]
     passes_step: bool
     scaled: bool
+    op_name: str | None = None  # the name the script gave its step-update op
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,12 +75,15 @@ class GlobalStepFacts:
     unscaled_steps: tuple[tuple[str, int], ...]
 
 
+DEFAULT_OP_NAME = "step_update"
+
+
 @dataclasses.dataclass(frozen=True)
 class GlobalStepPlan:
     """Which functions lose their update, which classes gain one, and what to report."""
 
     moves: tuple[tuple[str, str, str], ...] = ()  # (path, function key, where the step goes)
-    inserts: tuple[tuple[str, str], ...] = ()  # (path, class name)
+    inserts: tuple[tuple[str, str, str], ...] = ()  # (path, class name, step-update op name)
     warnings: tuple[Finding, ...] = ()
 
 
@@ -110,6 +114,7 @@ def _facts(analysis: ModuleAnalysis, path: str) -> GlobalStepFacts:
                 tuple(f.optimizers),
                 any(s.step_passed for s in f.call_sites),
                 f.scaled,
+                f.op_name,
             )
             for f in analysis.step_functions
         ),
@@ -142,7 +147,7 @@ def scan(module: MetadataWrapper | cst.Module, path: str, *, source: bytes) -> G
 def touches(plan: GlobalStepPlan, path: str) -> bool:
     """Whether `rewrite` would edit this file (otherwise it only reports the plan's warnings)."""
     key = _norm(path)
-    return any(p == key for p, _, _ in plan.moves) or any(p == key for p, _ in plan.inserts)
+    return any(p == key for p, _, _ in plan.moves) or any(p == key for p, _, _ in plan.inserts)
 
 
 def plan_warnings(plan: GlobalStepPlan, path: str) -> list[Finding]:
@@ -274,7 +279,8 @@ def build_plan(facts: Iterable[GlobalStepFacts]) -> GlobalStepPlan:
                     functions[f][1].line,
                 )
                 changed = True
-    moves, inserts, warnings = [], set(), []
+    moves, warnings = [], []
+    op_names: dict[tuple[str, str], set[str]] = {}
     for (path, key), (_, fn) in sorted(functions.items()):
         if (path, key) in blocked:
             reason, line = blocked[path, key]
@@ -282,7 +288,8 @@ def build_plan(facts: Iterable[GlobalStepFacts]) -> GlobalStepPlan:
                 warnings.append(_manual(path, line or fn.line, fn.name, reason))
             continue
         classes = sorted(uses[path, key])
-        inserts.update(classes)
+        for cls in classes:
+            op_names.setdefault(cls, set()).add(fn.op_name or DEFAULT_OP_NAME)
         where = ", ".join(f"{c}.apply_gradients" for _, c in classes) or (
             "the tf.train optimizer's apply_gradients"
         )
@@ -302,7 +309,13 @@ def build_plan(facts: Iterable[GlobalStepFacts]) -> GlobalStepPlan:
                 )
                 for name, line in f.unscaled_steps
             )
-    return GlobalStepPlan(tuple(moves), tuple(sorted(inserts)), tuple(warnings))
+    # The script's own op name where every function moving into a class used the same one
+    # (fetches and hooks find the op by it); otherwise the name TF1 BERT scripts use.
+    inserts = sorted(
+        (path, cls, next(iter(names)) if len(names) == 1 else DEFAULT_OP_NAME)
+        for (path, cls), names in op_names.items()
+    )
+    return GlobalStepPlan(tuple(moves), tuple(inserts), tuple(warnings))
 
 
 def _manual(path: str, line: int, name: str, reason: str) -> Finding:
@@ -332,7 +345,7 @@ def rewrite(
     path_key = _norm(path)
     findings = plan_warnings(plan, path)
     moves = {key: where for p, key, where in plan.moves if p == path_key}
-    inserts = {name for p, name in plan.inserts if p == path_key}
+    inserts = {name: op for p, name, op in plan.inserts if p == path_key}
     edits = Edits()
     for fn in analysis.step_functions:
         if fn.key not in moves:
@@ -386,7 +399,11 @@ def rewrite(
             )
             continue
         edits.insertions[id(cls.apply)] = increment_statements(
-            step=cls.step_param, tf=cls.tf_alias, updates=cls.list_name, quote=quote
+            step=cls.step_param,
+            tf=cls.tf_alias,
+            updates=cls.list_name,
+            quote=quote,
+            name=inserts[name],
         )
         findings.append(
             Finding(

@@ -89,6 +89,7 @@ class StepFunction:
     # False: it builds no loss-scale optimizer, so its update stays; it is traced only so that
     # no class it shares gains an increment (its step would then advance twice).
     scaled: bool = True
+    op_name: str | None = None  # `tf.identity(new_step, name="...")` in the removed update
 
 
 @dataclasses.dataclass
@@ -213,6 +214,8 @@ class Analyzer(cst.CSTVisitor):
     def __init__(self) -> None:
         super().__init__()
         self.result = ModuleAnalysis([], {}, [], [])
+        # names used as the predicate of a tf.cond in the function being read
+        self._update_predicates: set[str] = set()
 
     # -- metadata helpers -------------------------------------------------------------------
     def qnames(self, node: cst.CSTNode) -> set[QualifiedName]:
@@ -380,6 +383,11 @@ class Analyzer(cst.CSTVisitor):
         if not candidates and not unnamed:
             return  # most functions: no call even looks like an update, so skip the scope walk
         assigns = _assignments(fn)
+        self._update_predicates = {
+            name_of(argument(c, 0, "pred"))
+            for c in _collect(fn.body, cst.Call)
+            if is_tf_function(self.qnames(c.func), "cond")
+        } - {None}
         updates = [(c, u) for c, u in candidates if self._is_global_step(u[0], assigns)]
         if not updates and not unnamed:
             return
@@ -422,9 +430,24 @@ class Analyzer(cst.CSTVisitor):
                 stmt = owner.get(id(call))
                 block = blocks.get(id(stmt))
                 info.increments.append(self._increment(fn, info.step, stmt, block, assigns))
+            info.op_name = self._op_name(info)
             self._check_private(fn, info)
         except _Problem as problem:
             info.problem, info.problem_line = problem.reason, problem.line
+
+    def _op_name(self, info: StepFunction) -> str | None:
+        """The name the script gave its step op (`tf.identity(..., name="update_step")`), if one
+        name is used by every removed update; the moved increment keeps it."""
+        names = set()
+        for inc in info.increments:
+            for stmt in inc.statements:
+                for call in _collect(stmt, cst.Call):
+                    name = argument(call, 99, "name")
+                    if is_tf_function(self.qnames(call.func), "identity") and isinstance(
+                        name, cst.SimpleString
+                    ):
+                        names.add(name.evaluated_value)
+        return names.pop() if len(names) == 1 else None
 
     def _is_global_step(self, name: str, assigns: dict[str, list]) -> bool:
         if name == "global_step":
@@ -563,6 +586,8 @@ class Analyzer(cst.CSTVisitor):
             ):
                 if self._is_finite_flag(pred, assigns, set()):
                     return
+                if self._is_update_and_finite(pred, assigns):
+                    return
                 raise _Problem(
                     f"the step advances only when `{self.module.code_for_node(pred)}` holds, "
                     "which is not a gradient-finiteness check",
@@ -574,15 +599,44 @@ class Analyzer(cst.CSTVisitor):
             line,
         )
 
+    def _is_update_and_finite(self, pred: cst.BaseExpression, assigns: dict[str, list]) -> bool:
+        """`logical_and(update_step, finite)` with gradient accumulation (NVIDIA's BERT): the
+        step advances when this micro-batch applies the update and the accumulated gradients
+        were finite; `update_step` is the predicate of the tf.cond that applies the optimizer.
+        Inside apply_gradients, which the loss-scale optimizer runs only on clean updates, the
+        moved increment advances under exactly that condition."""
+        if not isinstance(pred, cst.Call) or not is_tf_function(
+            self.qnames(pred.func), "logical_and"
+        ):
+            return False
+        inputs = positional(pred)
+        if len(inputs) != 2:
+            return False
+        for update, finite in (inputs, inputs[::-1]):
+            if name_of(update) in self._update_predicates and self._is_finite_flag(
+                finite, assigns, set()
+            ):
+                return True
+        return False
+
     def _is_finite_flag(
         self, expr: cst.BaseExpression, assigns: dict[str, list], seen: set
     ) -> bool:
-        """True when `expr` is a reduction of `tf.is_finite` over gradients (or constant True)."""
+        """True when `expr` is a reduction of `tf.is_finite` over gradients (or constant True).
+
+        Accumulated flags count too: a bool variable that starts True and is re-assigned
+        `logical_and(itself, finite)` on every micro-batch (its own earlier value is finite by
+        induction), possibly summed over workers with Horovod's allreduce.
+        """
         if isinstance(expr, cst.Name):
+            if expr.value in seen:
+                return True  # the accumulator's previous value, finite by induction
             values = assigns.get(expr.value)
-            if not values or expr.value in seen or any(v is None for v in values):
+            if not values or any(v is None for v in values):
                 return False
             return all(self._is_finite_flag(v, assigns, seen | {expr.value}) for v in values)
+        if is_true_constant(expr, self.qnames):
+            return True
         if isinstance(expr, cst.IfExp):
             return all(
                 is_true_constant(e, self.qnames) or self._is_finite_flag(e, assigns, seen)
@@ -599,6 +653,28 @@ class Analyzer(cst.CSTVisitor):
         names = self.qnames(expr.func)
         if is_tf_function(names, "is_finite"):
             return True
+        if is_tf_function(names, "cond"):
+            branches = [
+                lambda_body(argument(expr, i, k)) for i, k in ((1, "true_fn"), (2, "false_fn"))
+            ]
+            return all(b is not None and self._is_finite_flag(b, assigns, seen) for b in branches)
+        if is_tf_function(names, "get_variable", "Variable"):
+            initial = argument(expr, 99, "initializer") or argument(expr, 0, "initial_value")
+            return initial is not None and (
+                is_true_constant(initial, self.qnames)
+                or (
+                    isinstance(initial, (cst.Name, cst.Attribute, cst.Call))
+                    and "ones_initializer" in self.module.code_for_node(initial)
+                )
+            )
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "assign":
+            return name_of(expr.func.value) in seen and self._is_finite_flag(
+                argument(expr, 0, "value"), assigns, seen
+            )
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "allreduce":
+            # Horovod's, often through a parameter (`hvd=None`) that no import resolves
+            value = argument(expr, 0, "tensor")
+            return value is not None and self._is_finite_flag(value, assigns, seen)
         if not is_tf_function(names, *_FINITE_COMBINERS):
             return False
         inputs = positional(expr)

@@ -35,10 +35,10 @@ def quote_style(module: cst.Module) -> str:
 
 
 def increment_statements(
-    *, step: str, tf: str, updates: str, quote: str
+    *, step: str, tf: str, updates: str, quote: str, name: str = "step_update"
 ) -> list[cst.BaseStatement]:
     code = template("global_step_increment.py.tmpl").format(
-        step=step, tf=tf, updates=updates, q=quote
+        step=step, tf=tf, updates=updates, q=quote, name=name
     )
     parsed = cst.parse_module(code)
     # A comment opening the snippet parses as the module header; it belongs to the first statement.
