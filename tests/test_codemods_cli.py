@@ -291,6 +291,9 @@ def test_negative_controls_stay_byte_identical(tmp_path: Path) -> None:
         ("bridge_leftover.py", 4, "npu-bridge"),
         ("reexport_only.py", 2, "unported-api"),
         ("keras_inside_contrib.py", 6, "unported-api"),
+        ("subclass_overrides.py", 5, "subclass-override"),  # overrides apply_gradients
+        ("subclass_overrides.py", 14, "subclass-override"),  # __init__ skips the base's
+        ("subclass_overrides.py", 19, "subclass-override"),  # reads the base's private state
     }
     assert run_cli("--check", tmp_path / "src").returncode == 0
 

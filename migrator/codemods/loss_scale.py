@@ -443,6 +443,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, _: str
     ) -> None:
         target = api.FIXED if kind is Kind.CONTRIB_FIXED else api.DYNAMIC
+        if call is None and self._incompatible_subclass(node):
+            return
         if call is None:
             self.edits.refs[node] = target
             self._site(node, node, target)
@@ -457,6 +459,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             self._dynamic_calls.append(call)
 
     def _contrib_optimizer(self, node: cst.CSTNode, call: cst.Call | None, *_: object) -> None:
+        if call is None and self._incompatible_subclass(node):
+            return
         if call is None:
             self.edits.refs[node] = api.OPTIMIZER
             self._site(node, node, api.OPTIMIZER)
@@ -464,6 +468,30 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             return
         self._site(call, node, api.OPTIMIZER)
         self._contrib_optimizers.append((call, self.line(call)))
+
+    def _incompatible_subclass(self, base: cst.CSTNode) -> bool:
+        """Whether ``base`` is the base of a class that cannot simply be rebased on npu_lossscale.
+
+        The NPU classes keep their state and their step logic elsewhere than tf.contrib's: a
+        subclass that overrides the step (apply_gradients, compute_gradients, update_loss_scale,
+        get_loss_scale), skips the base __init__, or reads the base's private attributes
+        (`self._opt`, `self._loss_scale`...) would fail at graph build, or bypass the overflow
+        check, once rebased. Such a class is left as it is, with a warning naming the reason.
+        """
+        arg = self.parent(base)
+        cls = self.parent(arg) if isinstance(arg, cst.Arg) else None
+        if not isinstance(cls, cst.ClassDef) or arg not in cls.bases:
+            return False
+        reason = _subclass_problem(cls)
+        if reason is None:
+            return False
+        self._warn(
+            cls,
+            "subclass-override",
+            f"class {cls.name.value} subclasses `{_code(base)}` and {reason}; the npu_lossscale "
+            "class works differently inside, so the subclass was left unchanged: port it by hand",
+        )
+        return True
 
     def _tf_ctor(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, name: str) -> None:
         if call is None:
@@ -930,6 +958,39 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 self.edits.removals.setdefault(node, set()).add(index)
                 self._removed_bindings.add((id(node), bound))
                 self._change(node, "contrib-import", f"removed the unused import of `{bound}`")
+
+
+_STEP_METHODS = ("apply_gradients", "compute_gradients", "update_loss_scale", "get_loss_scale")
+
+
+def _subclass_problem(cls: cst.ClassDef) -> str | None:
+    """Why a subclass of a tf.contrib loss-scale class is not provably compatible, or None."""
+    methods = {
+        stmt.name.value: stmt for stmt in cls.body.body if isinstance(stmt, cst.FunctionDef)
+    }
+    overridden = [m for m in _STEP_METHODS if m in methods]
+    if overridden:
+        return f"overrides {', '.join(overridden)}"
+    init = methods.get("__init__")
+    if init is not None and "__init__" not in {
+        a.attr.value for a in _walk(init) if isinstance(a, cst.Attribute)
+    }:
+        return "overrides __init__ without calling the base __init__"
+    own = set()  # attributes the subclass assigns itself may be private: they are its own
+    for target in (t for t in _walk(cls) if isinstance(t, cst.AssignTarget)):
+        for attribute in _walk(target.target):
+            if isinstance(attribute, cst.Attribute) and _code(attribute.value) == "self":
+                own.add(attribute.attr.value)
+    for node in _walk(cls):
+        if (
+            isinstance(node, cst.Attribute)
+            and _code(node.value) == "self"
+            and node.attr.value.startswith("_")
+            and not node.attr.value.startswith("__")
+            and node.attr.value not in own
+        ):
+            return f"uses the base class's private `self.{node.attr.value}`"
+    return None
 
 
 def _is_true(value: cst.BaseExpression | None) -> bool:
