@@ -22,13 +22,13 @@ from collections.abc import Collection, Iterable
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from migrator.codemods.global_step_analysis import (
+from migrator.codemods.global_step.analysis import (
     Analyzer,
     ClassState,
     ModuleAnalysis,
     OptimizerRef,
 )
-from migrator.codemods.global_step_edit import (
+from migrator.codemods.global_step.edit import (
     Editor,
     Edits,
     increment_statements,

@@ -19,7 +19,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from migrator.codemods.global_step_exprs import (
+from migrator.codemods.global_step.exprs import (
     argument,
     is_plus_one,
     is_true_constant,
@@ -29,7 +29,7 @@ from migrator.codemods.global_step_exprs import (
     step_update,
     update_parts,
 )
-from migrator.codemods.global_step_names import (
+from migrator.codemods.global_step.names import (
     is_builtin_optimizer,
     is_loss_scale_optimizer,
     is_optimizer_wrapper,

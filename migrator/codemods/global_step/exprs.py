@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from migrator.codemods.global_step_names import QualifiedNames, is_tf_function
+from migrator.codemods.global_step.names import QualifiedNames, is_tf_function
 
 
 def name_of(expr: cst.BaseExpression | None) -> str | None:

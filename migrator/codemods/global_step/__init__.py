@@ -1,0 +1,34 @@
+"""The global-step move: advance `global_step` inside the optimizers' `apply_gradients`.
+
+One subpackage because the move is one rewrite in four parts: `names` and `exprs` recognise what a
+step update looks like, `analysis` finds them in a module, `edit` rewrites a file, and `plan`
+decides across files (scan, build_plan, rewrite). Callers use the names re-exported here.
+"""
+
+from migrator.codemods.global_step.plan import (
+    GLOBAL_STEP_TRIGGERS,
+    MANUAL,
+    MOVE,
+    GlobalStepFacts,
+    GlobalStepPlan,
+    build_plan,
+    metadata_needed,
+    plan_warnings,
+    rewrite,
+    scan,
+    touches,
+)
+
+__all__ = [
+    "GLOBAL_STEP_TRIGGERS",
+    "MANUAL",
+    "MOVE",
+    "GlobalStepFacts",
+    "GlobalStepPlan",
+    "build_plan",
+    "metadata_needed",
+    "plan_warnings",
+    "rewrite",
+    "scan",
+    "touches",
+]
