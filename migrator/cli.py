@@ -53,6 +53,19 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _check_loss_scale(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> str | None:
+    from migrator.codemods.add_loss_scale_choice import manager_call
+
+    if value is not None:
+        try:
+            manager_call(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
+
+
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
         click.echo(f"npu-migrate {_version()}")
@@ -165,6 +178,14 @@ def _write_stdout(data: bytes) -> None:
     "Horovod/distribution strategies in the file.",
 )
 @click.option(
+    "--add-loss-scale",
+    metavar="dynamic|N",
+    default=None,
+    callback=_check_loss_scale,
+    help="Give loss scaling to scripts that have none: wrap their tf.compat.v1 optimizers in "
+    "NPULossScaleOptimizer with a dynamic scale (the vendor guide's values) or a fixed scale N.",
+)
+@click.option(
     "--color/--no-color",
     default=None,
     help="Colour the diff [default: when stdout is a terminal and NO_COLOR is unset].",
@@ -188,6 +209,7 @@ def cli(
     exclude: tuple[str, ...],
     quiet: bool,
     distributed: str,
+    add_loss_scale: str | None,
     color: bool | None,
 ) -> None:
     """Port mixed-precision TF1 scripts (tf.contrib.mixed_precision) to npu_lossscale.
@@ -209,6 +231,7 @@ def cli(
         copy_unchanged=copy_unchanged,
         jobs=jobs or _available_cpus(),
         distributed=distributed,
+        add_loss_scale=add_loss_scale,
     )
     result = run(
         found.files,
@@ -216,6 +239,7 @@ def cli(
         paths,
         progress=_progress_factory(quiet),
         listing_errors=found.errors,
+        outside=found.outside,
     )
 
     if mode == "diff":

@@ -8,11 +8,13 @@ files themselves. The diff printed for `patch -p1` / `git apply` goes back to th
 
 from __future__ import annotations
 
-import difflib
 import io
+import os
 import tokenize
 
 import click
+
+from migrator.linediff import unified_diff_lines
 
 _NO_NEWLINE = "\\ No newline at end of file\n"
 
@@ -51,9 +53,12 @@ def unified_diff(old: bytes, new: bytes, display_path: str, context: int = 3) ->
     if old == new:
         return ""
     name = display_path.replace("\\", "/")
+    if name == ".." or name.startswith("../"):
+        # `a/../x.py` applies nowhere: a path above the working directory is named absolutely.
+        name = os.path.abspath(display_path).replace("\\", "/")
     before, after = (name, name) if name.startswith("/") else (f"a/{name}", f"b/{name}")
     out: list[str] = []
-    for line in difflib.unified_diff(
+    for line in unified_diff_lines(
         _lines(decode_for_display(old)),
         _lines(decode_for_display(new)),
         fromfile=before,

@@ -13,7 +13,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # Directories that hold other people's code or build debris, never the user's training scripts.
@@ -72,6 +72,9 @@ class Discovery:
     files: list[SourceFile]
     # (path, reason) of directories that could not be listed: reported, never skipped quietly.
     errors: list[tuple[str, str]]
+    # symlinks found in a directory that lead outside every path given: not followed (a write
+    # through them would change a file the user did not ask about), reported instead
+    outside: list[tuple[SourceFile, str]] = field(default_factory=list)
 
 
 def discover(
@@ -86,22 +89,32 @@ def discover(
     seen: set[str] = set()
     found: list[SourceFile] = []
     errors: list[tuple[str, str]] = []
+    outside: list[tuple[SourceFile, str]] = []
+    roots = [os.path.realpath(item) for item in inputs]
 
-    def add(path: Path) -> None:
-        # Lexical, not resolved: one syscall-free key per file keeps discovery of big trees fast;
-        # overlapping inputs (`src src/a.py`) are still caught.
-        key = os.path.abspath(path)
-        if key not in seen:
-            seen.add(key)
-            found.append(SourceFile(path, os.path.normpath(path)))
+    def inside(real: str) -> bool:
+        return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+    def add(path: Path, named: bool) -> None:
+        # By real path: a file reached twice, through a linked file or directory, is one file
+        # (processed and diffed once, under the first name found).
+        key = os.path.realpath(path)
+        if key in seen:
+            return
+        seen.add(key)
+        source = SourceFile(path, os.path.normpath(path))
+        if named or inside(key):
+            found.append(source)
+        else:
+            outside.append((source, key))
 
     for item in inputs:
         if item.is_dir():
             for path in _walk_python_files(item, exclude, prune, errors):
-                add(path)
+                add(path, named=False)
         elif not is_excluded(item.name, exclude):
-            add(item)
-    return Discovery(found, errors)
+            add(item, named=True)
+    return Discovery(found, errors, outside)
 
 
 def common_root(inputs: Iterable[Path]) -> Path:

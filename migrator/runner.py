@@ -67,6 +67,7 @@ class RunConfig:
     copy_unchanged: bool = False
     jobs: int = 1
     distributed: str = "auto"
+    add_loss_scale: str | None = None
 
 
 @dataclass
@@ -225,6 +226,7 @@ def run(
     inputs: Sequence[Path],
     progress: Callable[[int], _ProgressContext] | None = None,
     listing_errors: Iterable[tuple[str, str]] = (),
+    outside: Iterable[tuple[SourceFile, str]] = (),
 ) -> RunResult:
     """Process `files` and apply the results according to `config.mode`.
 
@@ -236,13 +238,30 @@ def run(
         FileOutcome(SourceFile(Path(path), path), "failed", error=reason)
         for path, reason in listing_errors
     ]
+    outcomes += [
+        FileOutcome(
+            source,
+            "unchanged",
+            [
+                Finding(
+                    source.display,
+                    1,
+                    "symlink-outside",
+                    f"a symlink to {target}, outside the paths given: not followed, so nothing "
+                    "outside them is rewritten; name the target itself to port it",
+                    "warning",
+                )
+            ],
+        )
+        for source, target in outside
+    ]
     pending: list[tuple[SourceFile, bytes]] = []
     for source in files:
         data, error = _read(source)
         if data is None:
             outcomes.append(FileOutcome(source, "failed", error=error))
             continue
-        if might_need_migration(data):
+        if might_need_migration(data, add_loss_scale=config.add_loss_scale is not None):
             pending.append((source, data))
         else:
             outcomes.append(FileOutcome(source, "unchanged"))
@@ -250,7 +269,10 @@ def run(
     if pending:
         from migrator.transform import MigrateOptions
 
-        options = MigrateOptions(distributed=config.distributed)  # type: ignore[arg-type]
+        options = MigrateOptions(
+            distributed=config.distributed,  # type: ignore[arg-type]
+            add_loss_scale=config.add_loss_scale,
+        )
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:
             results = _migrate_all(items, options, config.jobs, bar.tick)

@@ -152,6 +152,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self._star_bound: set[str] = set()
         self._global: Scope | None = None
         self._uses_keras = False
+        # names any import binds (None: a star import binds unknown ones); only a reference
+        # rooted at one of them can be an API the port handles
+        self._imported_roots: set[str] | None = None
         self.names: dict[str, str] = {}
         self.imports = ImportPlan()
 
@@ -192,6 +195,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     # ----------------------------------------------------------------- module
     def visit_Module(self, node: cst.Module) -> None:
         self._global = self.scope(node)
+        self._imported_roots = _imported_roots(node)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         # Metadata is only available during the visit, so every decision is taken here.
@@ -385,6 +389,11 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                     "tool cannot follow (a lazy loader?); port it by hand",
                 )
             return True
+        if not self._may_be_imported(node):
+            # Not rooted at an imported name, so no qualified name can make it an API we port.
+            # Skipping the scope query keeps a long module linear: libcst walks every
+            # assignment of a name on each query, quadratic where one name is assigned often.
+            return True
         if self._ambiguous(node):
             self._warn(
                 node,
@@ -415,6 +424,14 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         }[kind]
         handler(node, call, kind, name or "")
         return False
+
+    def _may_be_imported(self, node: cst.Name | cst.Attribute) -> bool:
+        if self._imported_roots is None:
+            return True
+        root: cst.BaseExpression = node
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        return isinstance(root, cst.Name) and root.value in self._imported_roots
 
     def _provider(self, node: cst.CSTNode) -> Assignment | None:
         """The import that binds the root name of a dotted expression (for import placement)."""
@@ -965,9 +982,7 @@ _STEP_METHODS = ("apply_gradients", "compute_gradients", "update_loss_scale", "g
 
 def _subclass_problem(cls: cst.ClassDef) -> str | None:
     """Why a subclass of a tf.contrib loss-scale class is not provably compatible, or None."""
-    methods = {
-        stmt.name.value: stmt for stmt in cls.body.body if isinstance(stmt, cst.FunctionDef)
-    }
+    methods = {stmt.name.value: stmt for stmt in cls.body.body if isinstance(stmt, cst.FunctionDef)}
     overridden = [m for m in _STEP_METHODS if m in methods]
     if overridden:
         return f"overrides {', '.join(overridden)}"
@@ -1055,6 +1070,23 @@ def _optimizer_builder(opt: _Optimizer, value: cst.BaseExpression | None) -> Bui
         return out
 
     return build
+
+
+def _imported_roots(module: cst.Module) -> set[str] | None:
+    """Every name an import statement binds, anywhere in the module; None with a star import."""
+    names: set[str] = set()
+    for node in _walk(module):
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                bound = alias.asname.name if alias.asname else alias.name
+                names.add(_dotted(bound).split(".")[0])  # type: ignore[arg-type]
+        elif isinstance(node, cst.ImportFrom):
+            if isinstance(node.names, cst.ImportStar):
+                return None
+            for alias in node.names:
+                bound = alias.asname.name if alias.asname else alias.name
+                names.add(_dotted(bound))  # type: ignore[arg-type]
+    return names
 
 
 def _is_dotted_name(node: cst.BaseExpression) -> bool:
