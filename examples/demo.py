@@ -2,8 +2,7 @@
 
 1. TensorFlow: a small fp16 model on a simulated saturating chip, trained with the matching overflow
    mode and with the wrong one, and on an IEEE device (library_demo.py; writes a PNG).
-2. PyTorch: the same story with npu_lossscale.torch.GradScaler (demo_torch.py).
-3. Copy examples/train_fp16.py (a TF1 script written for tf.contrib.mixed_precision) to a build
+2. Copy examples/train_fp16.py (a TF1 script written for tf.contrib.mixed_precision) to a build
    directory, show what `npu-migrate` would change and its report, apply the port, and train the
    ported script for a few hundred CPU steps with the loss-scale trace.
 """
@@ -42,14 +41,11 @@ def main() -> None:
     args = parser.parse_args()
     python = sys.executable
 
-    banner("1/3  npu_lossscale (TensorFlow): the overflow mode must match the device")
+    banner("1/2  npu_lossscale (TensorFlow): the overflow mode must match the device")
     plot = args.build_dir / "loss_scale.png"
     run(python, str(EXAMPLES / "library_demo.py"), "--steps", str(args.steps), "--plot", str(plot))
 
-    banner("2/3  npu_lossscale.torch: GradScaler in both overflow modes")
-    run(python, str(EXAMPLES / "demo_torch.py"), "--steps", str(args.steps))
-
-    banner("3/3  npu-migrate: port examples/train_fp16.py, then train the ported script")
+    banner("2/2  npu-migrate: port examples/train_fp16.py, then train the ported script")
     build = args.build_dir / "port"
     shutil.rmtree(build, ignore_errors=True)
     build.mkdir(parents=True)
