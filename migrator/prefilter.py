@@ -21,10 +21,23 @@ GLOBAL_STEP_TRIGGERS: tuple[bytes, ...] = (b"def apply_gradients",)
 
 _TRIGGERS = (*LOSS_SCALE_TRIGGERS, *GLOBAL_STEP_TRIGGERS)
 
+# With --add-loss-scale, a file that trains with an optimizer matters even without loss scaling.
+ADD_LOSS_SCALE_TRIGGERS: tuple[bytes, ...] = (b"Optimizer", b"optimizer")
 
-def might_need_migration(source: bytes) -> bool:
+
+def might_need_migration(source: bytes, *, add_loss_scale: bool = False) -> bool:
     """Cheap pre-filter: a file without any trigger substring cannot hold anything to port."""
-    return any(t in source for t in _TRIGGERS) or _dynamic_contrib(source) or _steps(source)
+    return (
+        any(t in source for t in _TRIGGERS)
+        or _dynamic_contrib(source)
+        or _steps(source)
+        or (add_loss_scale and might_need_loss_scale_added(source))
+    )
+
+
+def might_need_loss_scale_added(source: bytes) -> bool:
+    """False => --add-loss-scale can find no optimizer to wrap in this file."""
+    return any(t in source for t in ADD_LOSS_SCALE_TRIGGERS)
 
 
 def might_need_loss_scale_port(source: bytes) -> bool:

@@ -18,7 +18,8 @@ from typing import Literal
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from migrator.codemods import global_step
+from migrator.codemods import add_loss_scale, global_step
+from migrator.codemods.add_loss_scale_choice import manager_call
 from migrator.codemods.port import LOSS_SCALE_METADATA, port_loss_scale
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.prefilter import might_need_loss_scale_port
@@ -32,8 +33,11 @@ class MigrateOptions:
     """User choices that change the output (not how files are found or written)."""
 
     distributed: Distributed = "auto"
+    add_loss_scale: str | None = None  # 'dynamic' or a fixed scale: see codemods.add_loss_scale
 
     def __post_init__(self) -> None:
+        if self.add_loss_scale is not None:
+            manager_call(self.add_loss_scale)  # raises ValueError on a bad value
         if self.distributed not in ("auto", "always", "never"):
             raise ValueError(
                 f"distributed must be 'auto', 'always' or 'never', got {self.distributed!r}"
@@ -84,6 +88,10 @@ class PreparedFile:
     source: bytes
     facts: global_step.GlobalStepFacts
     ported: MigrationResult
+    # With --add-loss-scale, `source` is the file with loss scaling added, `original` the user's
+    # bytes and `added` what the addition did (lines of `original`).
+    original: bytes | None = None
+    added: tuple[Finding, ...] = ()
 
 
 def scan_source(source: bytes, *, path: str) -> global_step.GlobalStepFacts | None:
@@ -112,6 +120,13 @@ def prepare_source(
     options: MigrateOptions = MigrateOptions(),  # noqa: B008 - frozen, so sharing it is safe
 ) -> PreparedFile:
     """Scan for the plan and port the loss-scale APIs in one pass; raises SourceError."""
+    if options.add_loss_scale is not None:
+        added_source, added = _add_loss_scale(source, path, options.add_loss_scale)
+        if added:
+            prepared = prepare_source(
+                added_source, path=path, options=MigrateOptions(options.distributed)
+            )
+            return dataclasses.replace(prepared, original=source, added=tuple(added))
     # The tree was just parsed, so no node appears twice in it and nobody else holds it: the
     # defensive deep copy MetadataWrapper makes by default would only cost time.
     wrapper = MetadataWrapper(parse(source), unsafe_skip_copy=True)
@@ -141,11 +156,29 @@ def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -
     """Combine a prepared file with the project plan into the file's final result."""
     step_plan = _step_plan(prepared, plan)
     if global_step.touches(step_plan, prepared.path):
-        return _migrate_moved(prepared.source, prepared.path, options, step_plan)
-    findings = _sorted(
-        [*global_step.plan_warnings(step_plan, prepared.path), *prepared.ported.findings]
+        result = _migrate_moved(prepared.source, prepared.path, options, step_plan)
+    else:
+        findings = _sorted(
+            [*global_step.plan_warnings(step_plan, prepared.path), *prepared.ported.findings]
+        )
+        result = dataclasses.replace(prepared.ported, findings=findings)
+    if prepared.original is None:
+        return result
+    # The port saw the file with loss scaling added: report against the user's own lines, and
+    # not the contrib spelling of the addition (the user never wrote it; `added` says it all).
+    ported = [f for f in result.findings if not f.rule.startswith("contrib-")]
+    mapped = _map_lines(ported, parse(prepared.original).code, parse(prepared.source).code)
+    return dataclasses.replace(
+        result, old_source=prepared.original, findings=_sorted([*prepared.added, *mapped])
     )
-    return dataclasses.replace(prepared.ported, findings=findings)
+
+
+def _add_loss_scale(source: bytes, path: str, choice: str) -> tuple[bytes, list[Finding]]:
+    """The file with loss scaling added (--add-loss-scale), in the contrib spelling the port
+    then rewrites; the bytes unchanged where nothing was added."""
+    module = parse(source)
+    added, findings = add_loss_scale.add_loss_scale(module, source, path, choice)
+    return (source if added is module else added.bytes), findings
 
 
 def _step_plan(prepared: PreparedFile, plan: ProjectPlan) -> global_step.GlobalStepPlan:

@@ -1,0 +1,158 @@
+"""`npu-migrate --add-loss-scale`: a script that trained without loss scaling gets it, and trains.
+
+The BERT-style fixture computes its gradients with `tf.gradients` and advances global_step by hand.
+After the port its optimizer is wrapped, the gradients come from the wrapper's compute_gradients
+(so the loss really is scaled: the fp16 loss of `run_train.py` has gradients that underflow to zero
+unless it is) and the step advances inside the optimizer, once per applied step.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_runner import REPO_ROOT, run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures" / "migrator"
+FIXTURE = FIXTURES / "add_loss_scale"
+
+
+def _port(tmp: Path, *flags: str) -> tuple[Path, dict]:
+    src, out = tmp / "src", tmp / "out"
+    shutil.copytree(FIXTURE, src)
+    report = tmp / "report.json"
+    proc = run_cli(src, "--output-dir", out, "--copy-unchanged", "--report", report, *flags)
+    assert proc.returncode == 0, proc.stderr
+    return out, json.loads(report.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def fixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    return _port(tmp_path_factory.mktemp("fixed"), "--add-loss-scale", "16384")
+
+
+@pytest.fixture(scope="module")
+def dynamic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    return _port(tmp_path_factory.mktemp("dynamic"), "--add-loss-scale", "dynamic")
+
+
+def _train(directory: Path, precision: str, pattern: str) -> list[dict]:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("INF_NAN_MODE_ENABLE", None)
+    proc = subprocess.run(
+        [sys.executable, "run_train.py", precision, pattern],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["rows"]
+
+
+def _findings(report: dict, name: str) -> list[dict]:
+    return [f for f in report["findings"] if f["path"].endswith(name)]
+
+
+def test_without_the_flag_nothing_changes(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURE, tmp_path / "src")
+    proc = run_cli(tmp_path / "src", "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+
+
+def test_bad_value_is_refused_before_any_file_is_read(tmp_path: Path) -> None:
+    proc = run_cli(tmp_path, "--add-loss-scale", "0.5")
+    assert proc.returncode == 2
+    assert "--add-loss-scale" in proc.stderr and "at least 1" in proc.stderr
+
+
+def test_optimizer_wrapped_gradients_rewired_step_moved(fixed) -> None:
+    out, report = fixed
+    findings = _findings(report, "optimization.py")
+    assert [f for f in findings if f["kind"] != "change"] == []
+    rules = [f["rule"] for f in findings]
+    assert rules.count("add-loss-scale") == 2  # the wrap and the gradients
+    assert rules.count("global-step-move") == 2
+    assert not any(r.startswith("contrib-") for r in rules)  # the user never wrote contrib code
+    code = (out / "optimization.py").read_text(encoding="utf-8")
+    assert "contrib" not in code
+    assert "loss_scale_manager = FixedLossScaleManager(16384)" in code
+    tree = ast.parse(code)
+    create = next(n for n in tree.body if getattr(n, "name", "") == "create_optimizer")
+    body = ast.unparse(create)
+    assert "tf.gradients" not in body and "global_step.assign" not in body
+    assert "optimizer.compute_gradients(loss, tvars)" in body
+    # The increment sits at the top level of apply_gradients, never in its per-variable loop.
+    cls = next(n for n in tree.body if getattr(n, "name", "") == "DecoupledAdamOptimizer")
+    apply = next(n for n in cls.body if getattr(n, "name", "") == "apply_gradients")
+    loop = next(n for n in apply.body if isinstance(n, ast.For))
+    assert "global_step" not in ast.unparse(loop)
+    assert "global_step.assign" in ast.unparse(apply)
+
+
+def test_unported_fp16_loss_does_not_train(tmp_path: Path) -> None:
+    # The control for the next test: unscaled, this loss's gradients underflow to zero.
+    shutil.copytree(FIXTURE, tmp_path / "src")
+    rows = _train(tmp_path / "src", "fp16", "c")
+    assert rows == [{"applied": False, "global_step": 1}]
+
+
+def test_fixed_scale_trains_fp16_and_skips_the_overflow(fixed) -> None:
+    rows = _train(fixed[0], "fp16", "ccocc")
+    assert [r["applied"] for r in rows] == [True, True, False, True, True]
+    assert [r["global_step"] for r in rows] == [1, 2, 2, 3, 4]
+
+
+def test_dynamic_scale_has_the_seed_values_and_trains(dynamic) -> None:
+    out, _ = dynamic
+    code = " ".join((out / "optimization.py").read_text(encoding="utf-8").split())
+    assert (
+        "ExponentialUpdateLossScaleManager( init_loss_scale=2**32, incr_every_n_steps=1000, "
+        "decr_every_n_nan_or_inf=2, decr_ratio=0.5)" in code
+    )
+    rows = _train(out, "fp32", "coc")
+    assert [r["applied"] for r in rows] == [True, False, True]
+    assert [r["global_step"] for r in rows] == [1, 1, 2]
+
+
+def test_second_run_changes_nothing(dynamic) -> None:
+    proc = run_cli(dynamic[0], "--add-loss-scale", "dynamic", "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_optional_horovod_gets_the_scripts_condition(dynamic) -> None:
+    out, report = dynamic
+    code = (out / "train_hvd.py").read_text(encoding="utf-8")
+    # Wrapped outside Horovod's optimizer, distributed exactly when the script uses Horovod.
+    assert "hvd.DistributedOptimizer(optimizer)" in code
+    assert (
+        "NPULossScaleOptimizer(optimizer, loss_scale_manager, is_distributed=use_horovod)" in code
+    )
+    assert code.index("hvd.DistributedOptimizer") < code.index("NPULossScaleOptimizer(optimizer")
+    assert [f for f in _findings(report, "train_hvd.py") if f["kind"] != "change"] == []
+
+
+def test_keras_optimizer_is_left_and_reported(dynamic) -> None:
+    out, report = dynamic
+    assert (out / "train_keras.py").read_bytes() == (FIXTURE / "train_keras.py").read_bytes()
+    (warning,) = _findings(report, "train_keras.py")
+    assert warning["rule"] == "unported-api" and warning["line"] == 11
+    assert "Keras optimizer" in warning["message"]
+
+
+def test_a_script_that_scales_already_is_not_wrapped_twice(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(FIXTURES / "bert" / "optimization.py", src / "optimization.py")
+    plain = run_cli(src / "optimization.py")
+    flagged = run_cli(src / "optimization.py", "--add-loss-scale", "dynamic")
+    assert plain.returncode == flagged.returncode == 0
+    assert flagged.stdout == plain.stdout and "NPULossScaleOptimizer" in plain.stdout
