@@ -22,6 +22,7 @@ from migrator.files import (
     write_new_file,
 )
 from migrator.findings import Finding, MigrationResult, SourceError
+from migrator.horovod_sites import init_sites, name_init_sites
 from migrator.prefilter import might_need_migration
 
 if TYPE_CHECKING:
@@ -256,11 +257,13 @@ def run(
         for source, target in outside
     ]
     pending: list[tuple[SourceFile, bytes]] = []
+    sites: list[tuple[str, int]] = []  # where the run initialises Horovod, for the warnings
     for source in files:
         data, error = _read(source)
         if data is None:
             outcomes.append(FileOutcome(source, "failed", error=error))
             continue
+        sites += init_sites([(source.display, data)])
         if might_need_migration(data, add_loss_scale=config.add_loss_scale is not None):
             pending.append((source, data))
         else:
@@ -285,6 +288,8 @@ def run(
                     FileOutcome(source, status, list(result.findings), data, result.new_source)
                 )
 
+    for outcome in outcomes:
+        outcome.findings = name_init_sites(outcome.findings, sites)
     outcomes.sort(key=lambda o: o.path)
     _apply(outcomes, config, inputs)
     return RunResult(outcomes, time.perf_counter() - start, config.mode)

@@ -142,3 +142,24 @@ def test_a_compatible_subclass_is_rebased_and_works(tmp_path: Path) -> None:
     scale, weights = done.stdout.split(" ", 1)
     assert float(scale) == 128.0  # init 128; one clean step, then one overflow (2 needed to cut)
     assert json.loads(weights) == pytest.approx([0.8, 1.6])
+
+
+def test_horovod_initialised_in_another_file_is_named_in_the_warning(tmp_path: Path) -> None:
+    (tmp_path / "run_pretraining.py").write_text(
+        "import horovod.tensorflow as hvd\n\nimport model\n\n\ndef main():\n    hvd.init()\n"
+        "    model.build(1.0)\n"
+    )
+    (tmp_path / "model.py").write_text(
+        "import tensorflow as tf\nimport horovod.tensorflow as hvd\n\n\n"
+        "def build(loss):\n"
+        "    manager = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
+        "    opt = tf.contrib.mixed_precision.LossScaleOptimizer(\n"
+        "        tf.train.AdamOptimizer(0.1), manager)\n"
+        "    return opt.minimize(loss), hvd.rank()\n"
+    )
+    report = tmp_path / "report.json"
+    assert run_cli(tmp_path, "--report", report).returncode == 0
+    findings = json.loads(report.read_text(encoding="utf-8"))["findings"]
+    (warning,) = [f for f in findings if f["rule"] == "distributed-unverified"]
+    assert Path(warning["path"]).name == "model.py" and warning["line"] == 7
+    assert "run_pretraining.py:7" in warning["message"]
