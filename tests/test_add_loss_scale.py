@@ -156,3 +156,26 @@ def test_a_script_that_scales_already_is_not_wrapped_twice(tmp_path: Path) -> No
     flagged = run_cli(src / "optimization.py", "--add-loss-scale", "dynamic")
     assert plain.returncode == flagged.returncode == 0
     assert flagged.stdout == plain.stdout and "NPULossScaleOptimizer" in plain.stdout
+
+
+def test_other_shapes(fixed) -> None:
+    out, report = fixed
+    code = (out / "shapes.py").read_text(encoding="utf-8")
+    # A string parameter that picks the optimizer is not one; the imported class is wrapped too
+    # (wrapped once, after the if/elif/else that builds either), with the keyword carried over.
+    assert code.count("optimizer = NPULossScaleOptimizer(optimizer, loss_scale_manager)") == 1
+    assert code.index('raise ValueError("unknown') < code.index("optimizer = NPULossScaleOptimizer")
+    assert (
+        "grads = [grad for grad, _ in optimizer.compute_gradients(\n"
+        "      loss, tvars, colocate_gradients_with_ops=colocate)]" in code
+    )
+    # A module-level optimizer trained in a function is wrapped where it is built; a chained
+    # constructor in place.
+    assert "sgd = NPULossScaleOptimizer(sgd, loss_scale_manager)" in code
+    assert (
+        "NPULossScaleOptimizer(tf.train.MomentumOptimizer(0.1, 0.9), FixedLossScaleManager(16384))"
+        ".minimize(loss)" in code
+    )
+    warnings = [f for f in _findings(report, "shapes.py") if f["kind"] == "warning"]
+    assert [(w["rule"], w["line"]) for w in warnings] == [("add-loss-scale-manual", 29)]
+    assert "self.optimizer.minimize" in warnings[0]["message"]

@@ -34,7 +34,7 @@ from migrator.codemods.add_loss_scale_choice import manager_call
 from migrator.codemods.global_step.edit import template
 from migrator.codemods.qualified import qualified_names
 from migrator.findings import Finding
-from migrator.prefilter import might_need_loss_scale_added, might_need_loss_scale_port
+from migrator.prefilter import LOSS_SCALE_TRIGGERS, might_need_loss_scale_added
 
 RULE = "add-loss-scale"
 MANUAL = "add-loss-scale-manual"
@@ -71,6 +71,7 @@ class _Finder(cst.CSTVisitor):
         self.inline: list[tuple[str, cst.Call, cst.Call]] = []  # (method, ctor, training call)
         self.untraced: list[tuple[str, cst.Call]] = []
         self.gradients: list[cst.Call] = []
+        self.methods: list[bool] = []  # per enclosing def: is it a training method itself
 
     def canonical(self, node: cst.CSTNode) -> str | None:
         names = sorted(q.name for q in qualified_names(self, node))
@@ -78,7 +79,7 @@ class _Finder(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _TRAINING:
+        if isinstance(func, cst.Attribute) and func.attr.value in _TRAINING and not self.delegating:
             method, receiver = func.attr.value, func.value
             if isinstance(receiver, cst.Name):
                 scope = self.get_metadata(ScopeProvider, receiver, None)
@@ -90,7 +91,7 @@ class _Finder(cst.CSTVisitor):
                     binding.uses.append((method, node))
             elif isinstance(receiver, cst.Call):
                 self.inline.append((method, receiver, node))
-            elif method != "apply_gradients":  # `self._opt.apply_gradients`: a wrapper class
+            else:
                 self.untraced.append((method, node))
         elif self.canonical(func) == "tensorflow.gradients":
             self.gradients.append(node)
@@ -98,12 +99,25 @@ class _Finder(cst.CSTVisitor):
     def leave_Module(self, original_node: cst.Module) -> None:
         self.done()
 
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        # An optimizer's own apply_gradients/minimize handing the work to an inner optimizer
+        # (a wrapper class) is not the script training: nothing to wrap there.
+        self.methods.append(node.name.value in _TRAINING)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.methods.pop()
+
+    @property
+    def delegating(self) -> bool:
+        return any(self.methods)
+
 
 class _Planner:
     """Decides what to wrap and where, from what the finder collected."""
 
-    def __init__(self, wrapper: MetadataWrapper, path: str, choice: str) -> None:
+    def __init__(self, wrapper: MetadataWrapper, path: str, choice: str, keras: bool) -> None:
         self.finder = _Finder(self.plan)
+        self.keras = keras  # the file mentions Keras: an unknown optimizer may be a Keras one
         self.path = path
         self.parents = wrapper.resolve(ParentNodeProvider)
         self.positions = wrapper.resolve(PositionProvider)
@@ -157,7 +171,13 @@ class _Planner:
         statement = self.parents.get(holder) if holder is not None else None
         if isinstance(holder, cst.AssignTarget) and isinstance(statement, cst.Assign):
             return self.flavour(statement.value, seen)
-        return None  # a parameter, a loop target, an import, a class: built elsewhere
+        param = assignment.node if isinstance(assignment.node, cst.Param) else holder
+        if isinstance(param, cst.Param):
+            # `optimizer="adamw"` names which optimizer to build (ALBERT): not one itself.
+            default = param.default
+            text = isinstance(default, (cst.SimpleString, cst.ConcatenatedString))
+            return "cycle" if text else "param"
+        return None  # a loop target, an import: built where the tool cannot see
 
     def _class_flavour(self, func: cst.Name, seen: frozenset[int]) -> str | None:
         """A class defined in this file is what its bases are (BERT's AdamWeightDecay)."""
@@ -225,14 +245,13 @@ class _Planner:
             self._keras(first, binding.name)
             return
         if flavour != "v1":
-            if any(m != "apply_gradients" for m, _ in uses):
-                self.note(
-                    first,
-                    MANUAL,
-                    f"cannot tell that `{binding.name}` is a tf.compat.v1 optimizer (it is built "
-                    "where the tool cannot see, or by an expression it cannot follow); "
-                    "--add-loss-scale did not wrap it, add NPULossScaleOptimizer by hand",
-                )
+            self.note(
+                first,
+                MANUAL,
+                f"cannot tell that `{binding.name}` is a tf.compat.v1 optimizer (it is passed "
+                "in, or built by an expression the tool cannot follow in a file that uses "
+                "Keras); --add-loss-scale did not wrap it, add NPULossScaleOptimizer by hand",
+            )
             return
         anchor = self.anchor(binding, first)
         if anchor is None:
@@ -265,6 +284,9 @@ class _Planner:
                 )
 
     def _binding_flavour(self, binding: _Binding) -> str | None:
+        """As the port decides (codemods.loss_scale): Keras where a constructor says so; in a
+        file that never mentions Keras an optimizer built here is a tf.compat.v1 one even where
+        its class is imported (ALBERT's LAMB), since a TF1 script has no other kind."""
         flavours = set()
         for assignment in binding.scope[binding.name]:
             if not isinstance(assignment, Assignment):
@@ -273,7 +295,9 @@ class _Planner:
         flavours.discard("cycle")
         if "keras" in flavours:
             return "keras"
-        return "v1" if flavours == {"v1"} else None
+        if flavours == {"v1"} or (not self.keras and flavours and flavours <= {"v1", None}):
+            return "v1"
+        return None
 
     def _keras(self, node: cst.CSTNode, what: str) -> None:
         self.note(
@@ -343,8 +367,8 @@ class _Planner:
                     f"loss is not scaled; compute them with `{binding.name}.compute_gradients`",
                 )
                 return True
-            self.replace[id(gradients)] = cst.parse_expression(
-                f"[grad for grad, _ in {binding.name}.compute_gradients({arguments})]"
+            self.replace[id(gradients)] = _from_compute_gradients(
+                gradients, binding.name, arguments
             )
             self.note(
                 gradients,
@@ -394,22 +418,35 @@ def _names(node: cst.CSTNode | tuple[cst.Arg, ...] | list[cst.Arg]) -> set[str]:
     return {n.value for item in nodes for n in _walk(item) if isinstance(n, cst.Name)}
 
 
-def _gradient_arguments(call: cst.Call) -> str | None:
-    """compute_gradients' arguments for a tf.gradients call, or None when one has no match."""
-    code = cst.Module([]).code_for_node
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-    if len(positional) + len(keywords) != len(call.args) or len(positional) > 2:
+def _gradient_arguments(call: cst.Call) -> list[cst.Arg] | None:
+    """compute_gradients' arguments for a tf.gradients call (its own layout kept), or None when
+    one has no counterpart there."""
+    keywords = [a.keyword.value for a in call.args if a.keyword is not None]
+    positional = [a for a in call.args if a.keyword is None]
+    if any(a.star for a in call.args) or len(positional) > 2:
         return None
-    named = dict(zip(("ys", "xs"), (a.value for a in positional)))
-    for key in ("ys", "xs"):
-        if key in keywords:
-            named[key] = keywords.pop(key)
-    if set(named) != {"ys", "xs"} or not set(keywords) <= set(_GRADIENT_KEYWORDS):
+    if len(positional) + sum(k in ("ys", "xs") for k in keywords) != 2:
         return None
-    parts = [code(named["ys"]), code(named["xs"])]
-    parts += [f"{_GRADIENT_KEYWORDS[k]}={code(v)}" for k, v in keywords.items()]
-    return ", ".join(parts)
+    args = []
+    for arg in call.args:
+        if arg.keyword is None or arg.keyword.value in ("ys", "xs"):
+            args.append(arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT))
+        elif arg.keyword.value in _GRADIENT_KEYWORDS:
+            renamed = cst.Name(_GRADIENT_KEYWORDS[arg.keyword.value])
+            args.append(arg.with_changes(keyword=renamed))
+        else:
+            return None
+    return args
+
+
+def _from_compute_gradients(call: cst.Call, optimizer: str, args: list[cst.Arg]) -> cst.ListComp:
+    """`[grad for grad, _ in optimizer.compute_gradients(...)]` in place of `tf.gradients(...)`."""
+    template = cst.parse_expression("[grad for grad, _ in gradients]")
+    assert isinstance(template, cst.ListComp)
+    compute = call.with_changes(
+        func=cst.Attribute(cst.Name(optimizer), cst.Name("compute_gradients")), args=args
+    )
+    return template.with_changes(for_in=template.for_in.with_changes(iter=compute))
 
 
 class _Rewriter(cst.CSTTransformer):
@@ -476,10 +513,10 @@ def add_loss_scale(
     A file that mentions any loss-scale API already scales its loss (or is ported already): the
     ordinary port handles it, and wrapping again would scale twice.
     """
-    if might_need_loss_scale_port(source) or not might_need_loss_scale_added(source):
+    if any(t in source for t in LOSS_SCALE_TRIGGERS) or not might_need_loss_scale_added(source):
         return module, []
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    planner = _Planner(wrapper, path, choice)
+    planner = _Planner(wrapper, path, choice, keras=b"keras" in source)
     wrapper.visit(planner.finder)
     if not planner.wraps:
         return module, planner.findings
