@@ -24,6 +24,7 @@ from migrator.files import (
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.horovod_sites import init_sites, name_init_sites
 from migrator.prefilter import might_need_migration
+from migrator.reexports import imported_from
 
 if TYPE_CHECKING:
     from migrator.codemods.global_step import GlobalStepFacts
@@ -258,12 +259,14 @@ def run(
     ]
     pending: list[tuple[SourceFile, bytes]] = []
     sites: list[tuple[str, int]] = []  # where the run initialises Horovod, for the warnings
+    reexports: set[tuple[str, str]] = set()  # what files import from each other, by name
     for source in files:
         data, error = _read(source)
         if data is None:
             outcomes.append(FileOutcome(source, "failed", error=error))
             continue
         sites += init_sites([(source.display, data)])
+        reexports |= imported_from(data)
         if might_need_migration(data, add_loss_scale=config.add_loss_scale is not None):
             pending.append((source, data))
         else:
@@ -275,6 +278,7 @@ def run(
         options = MigrateOptions(
             distributed=config.distributed,  # type: ignore[arg-type]
             add_loss_scale=config.add_loss_scale,
+            reexports=frozenset(reexports),
         )
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:

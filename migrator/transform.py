@@ -34,6 +34,8 @@ class MigrateOptions:
 
     distributed: Distributed = "auto"
     add_loss_scale: str | None = None  # 'dynamic' or a fixed scale: see codemods.add_loss_scale
+    # (module, name) pairs other files of the run import (migrator.reexports): kept bound
+    reexports: frozenset[tuple[str, str]] = frozenset()
 
     def __post_init__(self) -> None:
         if self.add_loss_scale is not None:
@@ -124,7 +126,7 @@ def prepare_source(
         added_source, added = _add_loss_scale(source, path, options.add_loss_scale)
         if added:
             prepared = prepare_source(
-                added_source, path=path, options=MigrateOptions(options.distributed)
+                added_source, path=path, options=dataclasses.replace(options, add_loss_scale=None)
             )
             return dataclasses.replace(prepared, original=source, added=tuple(added))
     # The tree was just parsed, so no node appears twice in it and nobody else holds it: the
@@ -141,7 +143,7 @@ def prepare_source(
     if not port_needed:
         ported = MigrationResult(path=path, old_source=source, new_source=source, findings=[])
     else:
-        module, findings = port_loss_scale(wrapper, path, options.distributed)
+        module, findings = port_loss_scale(wrapper, path, options.distributed, options.reexports)
         new = module.bytes if any(f.kind == "change" for f in findings) else source
         ported = MigrationResult(path=path, old_source=source, new_source=new, findings=findings)
     return PreparedFile(path, source, facts, ported)
@@ -218,7 +220,9 @@ def _migrate_moved(
     moved, findings = global_step.rewrite(MetadataWrapper(original), path, plan)
     ported, port_findings = moved, []
     if might_need_loss_scale_port(source):
-        ported, port_findings = port_loss_scale(MetadataWrapper(moved), path, options.distributed)
+        ported, port_findings = port_loss_scale(
+            MetadataWrapper(moved), path, options.distributed, options.reexports
+        )
     if port_findings:
         port_findings = _map_lines(port_findings, original.code, moved.code)
     findings = _sorted([*findings, *port_findings])

@@ -163,3 +163,33 @@ def test_horovod_initialised_in_another_file_is_named_in_the_warning(tmp_path: P
     (warning,) = [f for f in findings if f["rule"] == "distributed-unverified"]
     assert Path(warning["path"]).name == "model.py" and warning["line"] == 7
     assert "run_pretraining.py:7" in warning["message"]
+
+
+def test_a_name_other_files_import_from_a_ported_module_stays_importable(tmp_path: Path) -> None:
+    (tmp_path / "utils.py").write_text(
+        "import tensorflow.compat.v1 as tf\n"
+        "from tensorflow.contrib.mixed_precision import (ExponentialUpdateLossScaleManager,\n"
+        "                                                LossScaleOptimizer)\n\n\n"
+        "def wrap(opt):\n"
+        "    return LossScaleOptimizer(opt, ExponentialUpdateLossScaleManager(2**15, 1000))\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "from utils import LossScaleOptimizer, wrap\n\nWRAPPER = LossScaleOptimizer\n"
+    )
+    report = tmp_path / "report.json"
+    assert run_cli(tmp_path, "--write", "--report", report).returncode == 0
+    rules = {f["rule"] for f in json.loads(report.read_text(encoding="utf-8"))["findings"]}
+    assert "reexport" in rules
+    assert (tmp_path / "train.py").read_text().startswith("from utils import LossScaleOptimizer")
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(
+        [sys.executable, "-c", "import train; print(train.WRAPPER.__name__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "NPULossScaleOptimizer"
+    assert run_cli(tmp_path, "--check").returncode == 0  # a second run changes nothing

@@ -35,6 +35,7 @@ from migrator.codemods.lines import LineProvider, start_line
 from migrator.codemods.parents import ParentProvider
 from migrator.codemods.qualified import qualified_names
 from migrator.findings import Finding
+from migrator.reexports import module_name
 
 # Builds the new argument list from the *transformed* call's arguments and the local names the
 # npu_lossscale classes are imported under.
@@ -81,6 +82,9 @@ class Edits:
     hoists: dict[cst.With, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)
     # original import small-statement -> indexes of its aliases to delete
     removals: dict[cst.CSTNode, set[int]] = dataclasses.field(default_factory=dict)
+    # a removed module-level import whose names other files import from this one -> the
+    # (npu_lossscale class, name) pairs that keep those names bound
+    rebinds: dict[cst.CSTNode, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.calls or self.refs or self.hoists)
@@ -128,9 +132,13 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         LineProvider,
     )
 
-    def __init__(self, path: str, distributed: str) -> None:
+    def __init__(
+        self, path: str, distributed: str, reexports: frozenset[tuple[str, str]] = frozenset()
+    ) -> None:
         super().__init__()
         self.path = path
+        # names other files of the run import from this module (migrator.reexports)
+        self._reexported = {name for module, name in reexports if module == module_name(path)}
         self.distributed = distributed
         self.edits = Edits()
         self.findings: list[Finding] = []
@@ -951,6 +959,30 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self.edits = Edits()
         self.sites = []
 
+    def _keep_reexport(self, node: cst.CSTNode, scope: Scope, bound: str) -> None:
+        """Keep `bound` importable from this module when another file of the run imports it
+        (`from utils import LossScaleOptimizer`): bound to the npu_lossscale class instead."""
+        if bound not in self._reexported or scope is not self._global:
+            return
+        alias = next(
+            (
+                a
+                for a in getattr(node, "names", ())
+                if (a.asname.name.value if a.asname else _dotted(a.name)) == bound
+            ),
+            None,
+        )
+        target = _CONTRIB_TO_NPU.get(_dotted(alias.name)) if alias is not None else None
+        if target is None:
+            return
+        self.edits.rebinds.setdefault(node, []).append((target, bound))
+        self._change(
+            node,
+            "reexport",
+            f"other files import `{bound}` from this module: it stays bound here, to "
+            f"{api.LIBRARY}'s {target}",
+        )
+
     def _plan_import_removals(self) -> None:
         for node, index, bound in self._contrib_imports:
             scope = self.scope(node)
@@ -975,6 +1007,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 self.edits.removals.setdefault(node, set()).add(index)
                 self._removed_bindings.add((id(node), bound))
                 self._change(node, "contrib-import", f"removed the unused import of `{bound}`")
+                self._keep_reexport(node, scope, bound)
 
 
 _STEP_METHODS = ("apply_gradients", "compute_gradients", "update_loss_scale", "get_loss_scale")
@@ -1010,6 +1043,13 @@ def _subclass_problem(cls: cst.ClassDef) -> str | None:
 
 def _is_true(value: cst.BaseExpression | None) -> bool:
     return isinstance(value, cst.Name) and value.value == "True"
+
+
+_CONTRIB_TO_NPU = {
+    "LossScaleOptimizer": api.OPTIMIZER,
+    api.FIXED: api.FIXED,
+    api.DYNAMIC: api.DYNAMIC,
+}
 
 
 def _ctor_rule(kind: Kind) -> str:

@@ -15,10 +15,13 @@ LOSS_SCALE_METADATA = LossScaleAnalyzer.get_inherited_dependencies()
 
 
 def port_loss_scale(
-    wrapper: MetadataWrapper, path: str, distributed: str
+    wrapper: MetadataWrapper,
+    path: str,
+    distributed: str,
+    reexports: frozenset[tuple[str, str]] = frozenset(),
 ) -> tuple[cst.Module, list[Finding]]:
     """Rewrite the loss-scale APIs of one file; returns the new tree and what was done or left."""
-    analyzer = LossScaleAnalyzer(path, distributed)
+    analyzer = LossScaleAnalyzer(path, distributed, reexports)
     wrapper.visit(analyzer)
     if not analyzer.edits:
         return wrapper.module, analyzer.findings

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import libcst as cst
 
+from migrator.codemods.api import LIBRARY
 from migrator.codemods.imports import ImportPlan
 from migrator.codemods.loss_scale import Edits
 
@@ -68,6 +69,20 @@ class PlanRewriter(cst.CSTTransformer):
 
     # ----------------------------------------------------------------- imports
     def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:
+        if self._rebinds(original):
+            # Other files import these names from this module: bind them to npu_lossscale here.
+            pairs = self.edits.rebinds[original]
+            return updated.with_changes(
+                module=cst.Name(LIBRARY),
+                names=[
+                    cst.ImportAlias(cst.Name(cls), cst.AsName(cst.Name(name)))
+                    if cls != name
+                    else cst.ImportAlias(cst.Name(cls))
+                    for cls, name in pairs
+                ],
+                lpar=None,
+                rpar=None,
+            )
         extra = self.imports.merge.get(original)
         if not extra or isinstance(updated.names, cst.ImportStar):
             return self._drop_aliases(original, updated)
@@ -111,7 +126,20 @@ class PlanRewriter(cst.CSTTransformer):
             updated = updated.with_changes(body=body)
         return updated
 
+    def _rebinds(self, original: cst.CSTNode) -> bool:
+        """Whether an import the port removes whole is instead re-pointed at npu_lossscale."""
+        gone = self.edits.removals.get(original)
+        names = getattr(original, "names", None)
+        return (
+            original in self.edits.rebinds
+            and isinstance(names, Sequence)
+            and gone is not None
+            and len(gone) == len(names)
+        )
+
     def _fully_removed(self, small: cst.BaseSmallStatement) -> bool:
+        if self._rebinds(small):
+            return False
         gone = self.edits.removals.get(small)
         names = getattr(small, "names", None)
         return bool(gone) and isinstance(names, Sequence) and len(gone) == len(names)
