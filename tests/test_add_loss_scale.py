@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_runner import REPO_ROOT, run_cli
 
@@ -90,19 +91,21 @@ def test_optimizer_wrapped_gradients_rewired_step_moved(fixed) -> None:
     body = ast.unparse(create)
     assert "tf.gradients" not in body and "global_step.assign" not in body
     assert "optimizer.compute_gradients(loss, tvars)" in body
-    # The increment sits at the top level of apply_gradients, never in its per-variable loop.
+    # The increment joins the updates apply_gradients gets from its helper (a list, also after
+    # `+=`), at its top level: never in the helper's per-variable loop.
     cls = next(n for n in tree.body if getattr(n, "name", "") == "DecoupledAdamOptimizer")
     apply = next(n for n in cls.body if getattr(n, "name", "") == "apply_gradients")
-    loop = next(n for n in apply.body if isinstance(n, ast.For))
-    assert "global_step" not in ast.unparse(loop)
-    assert "global_step.assign" in ast.unparse(apply)
+    helper = next(n for n in cls.body if getattr(n, "name", "") == "_updates")
+    assert "global_step" not in ast.unparse(helper)
+    (guard,) = [n for n in apply.body if isinstance(n, ast.If) and "global_step" in ast.unparse(n)]
+    assert "assignments.extend([global_step.assign(new_global_step)])" in ast.unparse(guard)
 
 
 def test_unported_fp16_loss_does_not_train(tmp_path: Path) -> None:
     # The control for the next test: unscaled, this loss's gradients underflow to zero.
     shutil.copytree(FIXTURE, tmp_path / "src")
     rows = _train(tmp_path / "src", "fp16", "c")
-    assert rows == [{"applied": False, "global_step": 1}]
+    assert [(r["applied"], r["global_step"]) for r in rows] == [(False, 1)]
 
 
 def test_fixed_scale_trains_fp16_and_skips_the_overflow(fixed) -> None:
@@ -121,6 +124,22 @@ def test_dynamic_scale_has_the_seed_values_and_trains(dynamic) -> None:
     rows = _train(out, "fp32", "coc")
     assert [r["applied"] for r in rows] == [True, False, True]
     assert [r["global_step"] for r in rows] == [1, 1, 2]
+    # The first update used the learning rate of step 0: the moved increment runs after the
+    # updates, which read global_step through the schedule (0.01 * (1 - step / 100)).
+    moved = np.array(rows[0]["w"]) - _W0
+    assert moved == pytest.approx(_first_adam_step(lr=0.01), rel=1e-4)
+    assert moved != pytest.approx(_first_adam_step(lr=0.0099), rel=1e-3)  # step 1's rate
+
+
+_W0 = np.array([0.5, -1.0, 2.0])
+
+
+def _first_adam_step(lr: float) -> np.ndarray:
+    """The fixture's first update by hand: clipped gradients of sum((w - 1)^2), one Adam step."""
+    g = 2 * (_W0 - 1)
+    g = g / max(1.0, float(np.linalg.norm(g)))
+    m, v = 0.1 * g, 0.001 * g * g
+    return -lr * m / (np.sqrt(v) + 1e-6)
 
 
 def test_second_run_changes_nothing(dynamic) -> None:

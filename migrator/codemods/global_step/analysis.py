@@ -312,7 +312,7 @@ class Analyzer(cst.CSTVisitor):
                 return self._unsupported(
                     info, "its apply_gradients hands the step to another optimizer"
                 )
-        return self._insertion_point(info, apply)
+        return self._insertion_point(info, apply, node)
 
     def _is_base_call(self, receiver: cst.BaseExpression, cls: cst.ClassDef) -> bool:
         if isinstance(receiver, cst.Call) and name_of(receiver.func) == "super":
@@ -325,7 +325,9 @@ class Analyzer(cst.CSTVisitor):
         info.reason = reason
         return info
 
-    def _insertion_point(self, info: OptimizerClass, apply: cst.FunctionDef) -> OptimizerClass:
+    def _insertion_point(
+        self, info: OptimizerClass, apply: cst.FunctionDef, cls: cst.ClassDef
+    ) -> OptimizerClass:
         returns = _collect(apply.body, cst.Return)
         body = apply.body.body if isinstance(apply.body, cst.IndentedBlock) else ()
         last = body[-1] if body else None
@@ -343,7 +345,7 @@ class Analyzer(cst.CSTVisitor):
             stars = [a for a in value.args if a.star == "*"]
             if len(stars) == 1 and isinstance(stars[0].value, cst.Name):
                 group_list = stars[0].value.value
-        if group_list is None or not self._is_list(apply, group_list):
+        if group_list is None or not self._is_list(apply, group_list, cls):
             return self._unsupported(
                 info,
                 "its apply_gradients does not return `tf.group(*updates, ...)` over a list of "
@@ -356,12 +358,49 @@ class Analyzer(cst.CSTVisitor):
         info.return_line = self.line(last)
         return info
 
-    def _is_list(self, apply: cst.FunctionDef, name: str) -> bool:
-        values = _assignments(apply).get(name, [])
-        return bool(values) and all(
-            isinstance(v, (cst.List, cst.ListComp))
-            or (isinstance(v, cst.Call) and name_of(v.func) == "list")
-            for v in values
+    def _is_list(self, fn: cst.FunctionDef, name: str, cls: cst.ClassDef | None) -> bool:
+        """Whether `name` provably holds a list wherever `fn` returns it, so `.extend` works.
+
+        `name += more` keeps a list a list; a value returned by a method of the same class counts
+        when that method returns a provable list (ELECTRA's AdamWeightDecay collects its updates
+        in a helper, once per layer group)."""
+        values = _assignments(fn).get(name, [])
+        extended = sum(
+            isinstance(a.target, cst.Name)
+            and a.target.value == name
+            and isinstance(a.operator, cst.AddAssign)
+            for a in _collect(fn.body, cst.AugAssign)
+        )
+        known = [v for v in values if v is not None]
+        if not known or len(values) - len(known) != extended:
+            return False
+        return all(self._list_value(v, cls) for v in known)
+
+    def _list_value(self, value: cst.BaseExpression, cls: cst.ClassDef | None) -> bool:
+        if isinstance(value, (cst.List, cst.ListComp)):
+            return True
+        if not isinstance(value, cst.Call):
+            return False
+        if name_of(value.func) == "list":
+            return True
+        func = value.func
+        if cls is None or not (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == "self"
+        ):
+            return False
+        methods = [
+            s
+            for s in cls.body.body
+            if isinstance(s, cst.FunctionDef) and s.name.value == func.attr.value
+        ]
+        if len(methods) != 1:
+            return False
+        returns = _collect(methods[0].body, cst.Return)
+        return bool(returns) and all(
+            isinstance(r.value, cst.Name) and self._is_list(methods[0], r.value.value, None)
+            for r in returns
         )
 
     # -- functions that update global_step ----------------------------------------------------
