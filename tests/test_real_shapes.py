@@ -193,3 +193,34 @@ def test_a_name_other_files_import_from_a_ported_module_stays_importable(tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "NPULossScaleOptimizer"
     assert run_cli(tmp_path, "--check").returncode == 0  # a second run changes nothing
+
+
+def test_an_optional_strategy_gives_has_strategy_and_one_device_builds(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "cases" / "strategy_optional.py", tmp_path / "strategy_optional.py")
+    assert run_cli("--write", tmp_path / "strategy_optional.py").returncode == 0
+    code = (tmp_path / "strategy_optional.py").read_text()
+    assert "is_distributed=tf.distribute.has_strategy()" in code
+    script = (
+        "import tensorflow.compat.v1 as tf\n"
+        "tf.disable_v2_behavior()\n"
+        "import strategy_optional as s\n"
+        "assert s.make_strategy(1) is None\n"
+        "w = tf.get_variable('w', initializer=tf.constant([1.0, 2.0]))\n"
+        "train = s.build(tf.reduce_sum(w * w))\n"
+        "with tf.Session() as sess:\n"
+        "    sess.run(tf.global_variables_initializer())\n"
+        "    sess.run(train)\n"
+        "    print(sess.run(w).tolist())\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("INF_NAN_MODE_ENABLE", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) != [1.0, 2.0]  # one device: built, trained, not distributed

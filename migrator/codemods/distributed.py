@@ -49,6 +49,8 @@ class DistributedFacts:
     # `X.DistributedOptimizer(...)` and `X.init()` calls: where the script turns Horovod on
     wrappers: list[cst.Call] = dataclasses.field(default_factory=list)
     init_calls: list[cst.Call] = dataclasses.field(default_factory=list)
+    # names bound to the tensorflow module (`import tensorflow.compat.v1 as tf`) -> the import
+    tensorflow_aliases: dict[str, cst.CSTNode] = dataclasses.field(default_factory=dict)
 
     @property
     def trains_distributed(self) -> bool:
@@ -200,6 +202,21 @@ def _condition(guards: list[tuple[cst.If, bool]]) -> cst.BaseExpression:
     return expr
 
 
+def _under_strategy_scope(node: cst.CSTNode, parent: Parent) -> bool:
+    """Inside `with strategy.scope():` distribution is unconditional where the call is."""
+    current = parent(node)
+    while current is not None:
+        if isinstance(current, cst.With) and any(
+            isinstance(item.item, cst.Call)
+            and isinstance(item.item.func, cst.Attribute)
+            and item.item.func.attr.value == "scope"
+            for item in current.items
+        ):
+            return True
+        current = parent(current)
+    return False
+
+
 def _wrapper_decision(call: cst.Call, facts: DistributedFacts, parent: Parent) -> Decision | None:
     """Where the optimizer's own function applies `hvd.DistributedOptimizer`, distribution is on
     exactly when that wrapper is (UNet-style `if hvd_utils.is_using_hvd(): opt = hvd.Distri...`):
@@ -293,6 +310,13 @@ def is_distributed_value(
     decision = _wrapper_decision(call, facts, parent) or _init_decision(facts, scope, parent)
     if decision is not None:
         return decision
+    if not facts.horovod_imported and not _under_strategy_scope(call, parent):
+        # Scripts build their strategy only for some runs (xlnet: none with one core per host).
+        # has_strategy() is true exactly where the optimizer is built under one.
+        for alias, statement in facts.tensorflow_aliases.items():
+            if _visible(scope, alias, lambda a, s=statement: a.node is s):
+                value = cst.parse_expression(f"{alias}.distribute.has_strategy()")
+                return value, "the file builds a tf.distribute strategy for some runs"
     reason = "Horovod" if facts.horovod_imported else "a tf.distribute strategy"
     return cst.Name("True"), f"the file trains with {reason}"
 

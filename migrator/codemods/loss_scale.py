@@ -323,6 +323,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             self.facts.horovod_aliases[bound] = node
         elif api.is_contrib_module(name) or name == "tensorflow.contrib.mixed_precision":
             self._contrib_imports.append((node, index, bound))
+        elif name == "tensorflow" and "." not in bound:
+            self.facts.tensorflow_aliases[bound] = node
 
     # ----------------------------------------------------------------- references
     def visit_Name(self, node: cst.Name) -> bool:
