@@ -369,3 +369,43 @@ def test_update_of_the_fetched_step_without_a_name_is_warned(tmp_path):
     (warning,) = _findings(report, MANUAL, "unnamed.py")
     assert warning["line"] == update_line
     assert "`tf.train.get_global_step()` returns without naming it" in warning["message"]
+
+
+def test_string_parameter_that_picks_the_optimizer_is_not_an_unknown_optimizer(tmp_path):
+    # ALBERT's shape: `optimizer="adamw"` names the class to build; one of them lives in a sibling
+    # module. Both classes gain the increment; the string parameter is no reason to refuse.
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "shared_opt.py").write_text(SHARED_OPTIMIZER)
+    (src / "optimization.py").write_text(
+        "import tensorflow as tf\n"
+        "import shared_opt\n\n\n"
+        "def create_optimizer(loss, lr, optimizer='adamw'):\n"
+        "    global_step = tf.train.get_or_create_global_step()\n"
+        "    if optimizer == 'adamw':\n"
+        "        optimizer = Local(lr)\n"
+        "    elif optimizer == 'shared':\n"
+        "        optimizer = shared_opt.Shared(False, 'shared')\n"
+        "    else:\n"
+        "        raise ValueError(optimizer)\n"
+        "    manager = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
+        "    optimizer = tf.contrib.mixed_precision.LossScaleOptimizer(optimizer, manager)\n"
+        "    grads_and_vars = optimizer.compute_gradients(loss)\n"
+        "    train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)\n"
+        "    train_op = tf.group(train_op, [global_step.assign(global_step + 1)])\n"
+        "    return train_op\n\n\n"
+        "class Local(tf.train.Optimizer):\n"
+        "    def __init__(self, lr):\n"
+        "        super().__init__(False, 'local')\n"
+        "        self.lr = lr\n\n"
+        "    def apply_gradients(self, grads_and_vars, global_step=None, name=None):\n"
+        "        ops = [v.assign_sub(self.lr * g) for g, v in grads_and_vars]\n"
+        "        return tf.group(*ops, name=name)\n"
+    )
+    report = _migrate(tmp_path, src)
+    assert [f for f in report["findings"] if f["rule"] == MANUAL] == []
+    tree = ast.parse((src / "optimization.py").read_text())
+    assert _step_updates(_function(tree, "create_optimizer")) == []
+    _assert_guarded_increment_before_return(_method(tree, "Local", "apply_gradients"), "ops")
+    shared = ast.parse((src / "shared_opt.py").read_text())
+    _assert_guarded_increment_before_return(_method(shared, "Shared", "apply_gradients"), "ops")

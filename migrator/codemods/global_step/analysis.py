@@ -817,6 +817,8 @@ def _assignments(fn: cst.FunctionDef) -> dict[str, list[cst.BaseExpression | Non
     """name -> values assigned in the function's own scope; None where the value is unknown."""
     out: dict[str, list[cst.BaseExpression | None]] = {}
     for param in _collect(fn.params, cst.Param):
+        if isinstance(param.default, (cst.SimpleString, cst.ConcatenatedString)):
+            continue  # `optimizer="adamw"` (ALBERT) names what to build; it is not a value here
         out.setdefault(param.name.value, []).append(None)
     for node in _collect(fn.body, cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.AsName):
         if isinstance(node, cst.Assign):
