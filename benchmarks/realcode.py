@@ -17,6 +17,7 @@ the JSON report. Expectations, separated by `;`:
     warn:RULE                 the report warns about this file with that rule
     no-warn:RULE              ... and does not
     has:TEXT | not:TEXT       the ported code (comments aside) contains / does not contain TEXT
+    option:FLAG               port this row with an extra CLI flag (e.g. --add-loss-scale=dynamic)
 
 Besides the expectations, every changed file is compiled and imported in a fresh process under
 TensorFlow 2.21 (TF1-style files through tf.compat.v1, as they run there); a file whose import
@@ -48,7 +49,7 @@ MANIFEST = HERE / "realcode" / "manifest.tsv"
 _PROBE = r"""
 import importlib.util, inspect, json, math, os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-path, tf1 = sys.argv[1], sys.argv[2] == "1"
+path, tf1, scaled_source = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
 import tensorflow
 import npu_lossscale.tf  # the library's own TF 2 imports, before the TF 1 alias below
 if tf1:
@@ -84,7 +85,7 @@ if tf1 and callable(factory):
             k = tf.placeholder(tf.float32, [])
             loss = k * tf.reduce_sum(w * w)
             params = inspect.signature(factory).parameters
-            scaled = "use_fp16" in params
+            scaled = "use_fp16" in params or scaled_source
             kwargs = {n: values[n] for n in params if n in values and n != "loss"}
             train_op = factory(loss, **kwargs)
             if isinstance(train_op, tuple):
@@ -124,6 +125,10 @@ class Row:
     def folder(self) -> str:
         return self.repo.replace("/", "+")
 
+    @property
+    def options(self) -> tuple[str, ...]:
+        return tuple(e.partition(":")[2] for e in self.expect if e.startswith("option:"))
+
 
 def read_manifest(path: Path) -> list[Row]:
     rows = []
@@ -154,10 +159,11 @@ def materialize(rows: list[Row], snapshot: Path, mirrors: Path) -> None:
         print(f"missing mirror for {repo}: fetch it first", file=sys.stderr)
 
 
-def port(snapshot: Path, work: Path, folder: str) -> dict:
-    """Port one repository's files; returns the JSON report."""
-    out = work / "out" / folder
-    report = work / f"{folder}.json"
+def port(snapshot: Path, work: Path, folder: str, options: tuple[str, ...] = ()) -> dict:
+    """Port one repository's files (with extra CLI flags); returns the JSON report."""
+    tag = folder + "".join(o.replace("=", "-") for o in options)
+    out = work / "out" / tag
+    report = work / f"{tag}.json"
     subprocess.run(
         [
             sys.executable,
@@ -170,6 +176,7 @@ def port(snapshot: Path, work: Path, folder: str) -> dict:
             "--no-color",
             "--report",
             str(report),
+            *options,
         ],
         cwd=REPO,
         capture_output=True,
@@ -211,6 +218,8 @@ def check(row: Row, original: bytes, ported: bytes, warnings: set[str]) -> None:
             ok = (arg in warnings) == (name == "warn")
         elif name in ("has", "not"):
             ok = (arg in code) == (name == "has")
+        elif name == "option":
+            continue
         else:
             row.failures.append(f"unknown expectation {item!r}")
             continue
@@ -223,9 +232,10 @@ def probe(row: Row, ported_path: Path, warnings: set[str]) -> None:
     tf1 = "compat.v1" not in source and "import tensorflow" in source
     if "import tensorflow" not in source and "from tensorflow" not in source:
         tf1 = False
+    scaled = "NPULossScaleOptimizer" in source
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _PROBE, str(ported_path), "1" if tf1 else "0"],
+            [sys.executable, "-c", _PROBE, str(ported_path), "1" if tf1 else "0", str(int(scaled))],
             capture_output=True,
             text=True,
             timeout=240,
@@ -244,15 +254,16 @@ def run(snapshot: Path, rows: list[Row]) -> int:
     with tempfile.TemporaryDirectory() as temp:
         work = Path(temp)
         reports = {}
-        for folder in sorted({r.folder for r in rows}):
-            reports[folder] = port(snapshot, work, folder)
+        for folder, options in sorted({(r.folder, r.options) for r in rows}):
+            reports[folder, options] = port(snapshot, work, folder, options)
         for row in rows:
             original = (snapshot / row.folder / row.path).read_bytes()
-            ported_path = work / "out" / row.folder / row.path
+            tag = row.folder + "".join(o.replace("=", "-") for o in row.options)
+            ported_path = work / "out" / tag / row.path
             ported = ported_path.read_bytes() if ported_path.exists() else original
             findings = [
                 f
-                for f in reports[row.folder].get("findings", [])
+                for f in reports[row.folder, row.options].get("findings", [])
                 if Path(f["path"]).resolve() == (snapshot / row.folder / row.path).resolve()
             ]
             warnings = {f["rule"] for f in findings if f["kind"] == "warning"}
