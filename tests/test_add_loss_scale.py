@@ -195,6 +195,14 @@ def test_other_shapes(fixed) -> None:
         "NPULossScaleOptimizer(tf.train.MomentumOptimizer(0.1, 0.9), FixedLossScaleManager(16384))"
         ".minimize(loss)" in code
     )
+    # What it cannot do is reported once each, at the user's line: an optimizer it cannot follow,
+    # gradients taken before the optimizer exists, a tf.gradients argument with no counterpart.
     warnings = [f for f in _findings(report, "shapes.py") if f["kind"] == "warning"]
-    assert [(w["rule"], w["line"]) for w in warnings] == [("add-loss-scale-manual", 29)]
+    assert [(w["rule"], w["line"]) for w in warnings] == [
+        ("add-loss-scale-manual", 29),
+        ("add-loss-scale-unscaled", 45),
+        ("add-loss-scale-unscaled", 53),
+    ]
     assert "self.optimizer.minimize" in warnings[0]["message"]
+    assert "before the optimizer exists" in warnings[1]["message"]
+    assert "tf.gradients(loss, tvars, gate_gradients=True)" in code  # left as it was

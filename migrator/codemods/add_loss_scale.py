@@ -344,9 +344,12 @@ class _Planner:
             if id(gradients) in self.replace:
                 continue
             statement = self.parents.get(gradients)
-            if not isinstance(statement, cst.Assign):
+            scope = self._scope(gradients)
+            if not isinstance(statement, cst.Assign) or scope is None:
                 continue
-            derived = self._derived(statement, binding.scope)
+            if scope is not self._scope(apply):
+                continue
+            derived = self._derived(statement, scope)
             if not (_names(apply.args) & derived):
                 continue
             if self.positions[gradients].start.line <= self.positions[anchor].end.line:
@@ -379,6 +382,9 @@ class _Planner:
             )
             return True
         return False
+
+    def _scope(self, node: cst.CSTNode) -> Scope | None:
+        return self.finder.get_metadata(ScopeProvider, node, None)
 
     def _derived(self, statement: cst.Assign, scope: Scope) -> set[str]:
         """Names holding the gradients or values computed from them (clipping, zipping)."""
