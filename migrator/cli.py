@@ -7,6 +7,7 @@ at start-up, so `npu-migrate --help` answers at once and never loads TensorFlow 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ EXIT_FAILED = 123
 
 # Below this many files to migrate a progress bar only flickers.
 PROGRESS_MIN_FILES = 50
+_LOCATED = re.compile(r"\d+:\d+: ")
 
 EPILOG = f"""\b
 Modes:
@@ -314,7 +316,9 @@ def _print_diffs(result: RunResult, color: bool) -> None:
 def _print_messages(result: RunResult, quiet: bool) -> None:
     for outcome in result.outcomes:
         if outcome.status == "failed":
-            click.echo(f"{outcome.path}: error: {outcome.error}", err=True)
+            # A source error starts with LINE:COL, which goes straight after the path.
+            separator = ":" if _LOCATED.match(outcome.error or "") else ": error: "
+            click.echo(f"{outcome.path}{separator}{outcome.error}", err=True)
         if not quiet:
             for finding in outcome.warnings:
                 click.echo(

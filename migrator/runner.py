@@ -319,8 +319,10 @@ def _apply(outcomes: list[FileOutcome], config: RunConfig, inputs: Sequence[Path
                     # Unparsable files are copied too: untouched, but the mirror stays complete.
                     copy_file(outcome.source.path, target)
         except OSError as exc:
+            # Name what could not be written: with --output-dir it is not the input file.
             outcome.status = "failed"
-            outcome.error = f"cannot write: {exc.strerror or exc}"
+            where = exc.filename or outcome.source.path
+            outcome.error = f"cannot write {where}: {exc.strerror or exc}"
 
 
 class _ProgressContext:

@@ -9,7 +9,6 @@ codemod sees the same tree and the file is either rewritten as a whole or not at
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
 from collections.abc import Iterable, Mapping
@@ -18,6 +17,7 @@ from typing import Literal
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from migrator import source_errors
 from migrator.codemods import add_loss_scale, global_step
 from migrator.codemods.add_loss_scale_choice import manager_call
 from migrator.codemods.port import LOSS_SCALE_METADATA, port_loss_scale
@@ -54,27 +54,22 @@ class ProjectPlan:
 
 
 def parse(source: bytes) -> cst.Module:
-    """Parse bytes (libcst keeps the detected encoding and newline); failures are SourceError."""
+    """Parse bytes (libcst keeps the detected encoding and newline); failures are SourceError,
+    whose message starts with `LINE:COL: ` (see migrator.source_errors)."""
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        raise SourceError(_syntax_error(source, exc)) from exc
-    except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
-        raise SourceError(f"cannot decode: {exc}") from exc
-
-
-def _syntax_error(source: bytes, exc: cst.ParserSyntaxError) -> str:
-    """Python's own account of the error where it has one: libcst's parser often reports the
-    line after the faulty one, and says "expected one of ..." where Python names the problem
-    (a Python 2 `print "x"`)."""
-    try:
-        ast.parse(source)
-    except SyntaxError as python:
-        if python.lineno is not None:
-            return f"syntax error at line {python.lineno}: {python.msg}"
-    except (ValueError, RecursionError, MemoryError):
-        pass
-    return f"syntax error at line {exc.raw_line}: {exc.message}"
+        raise SourceError(source_errors.syntax_error(source, exc.raw_line, exc.message)) from exc
+    except UnicodeDecodeError as exc:
+        raise SourceError(source_errors.decode_error(source, exc)) from exc
+    except (LookupError, SyntaxError) as exc:
+        # libcst reports undecodable UTF-8 as a missing encoding declaration: say where it is.
+        try:
+            source.decode(source_errors.declared_encoding(source))
+        except (UnicodeDecodeError, LookupError) as decode:
+            if isinstance(decode, UnicodeDecodeError):
+                raise SourceError(source_errors.decode_error(source, decode)) from exc
+        raise SourceError(f"1:1: cannot decode: {exc}") from exc
 
 
 @dataclasses.dataclass(frozen=True)

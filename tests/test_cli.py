@@ -196,11 +196,11 @@ def test_broken_file_is_reported_untouched_and_the_rest_is_processed(tmp_path: P
     assert proc.returncode == 123
     assert (tmp_path / "bad.py").read_bytes() == BROKEN
     assert_ported((tmp_path / "good.py").read_bytes())
-    assert re.search(r"^bad\.py: error: syntax error", proc.stderr, re.M), proc.stderr
+    assert re.search(r"^bad\.py:2:\d+: cannot parse: ", proc.stderr, re.M), proc.stderr
     assert summary(proc.stderr) == (2, 1, 0, 1)
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["failed"] == [{"path": "bad.py", "reason": report["failed"][0]["reason"]}]
-    assert report["failed"][0]["reason"].startswith("syntax error at line 2: ")
+    assert re.match(r"2:\d+: cannot parse: ", report["failed"][0]["reason"])
 
 
 def test_syntax_error_names_the_line_python_names(tmp_path: Path) -> None:
@@ -209,8 +209,41 @@ def test_syntax_error_names_the_line_python_names(tmp_path: Path) -> None:
     make_tree(tmp_path, {"py2.py": source})
     proc = run_cli("py2.py", cwd=tmp_path)
     assert proc.returncode == 123
-    assert "py2.py: error: syntax error at line 2: Missing parentheses" in proc.stderr
+    assert "py2.py:2:1: cannot parse: Missing parentheses" in proc.stderr
+    assert '\n    print "hello"\n    ^\n' in proc.stderr  # the line, and a caret under column 1
+    assert "Python 2 source; convert it to Python 3 first" in proc.stderr
     assert (tmp_path / "py2.py").read_bytes() == source
+
+
+def test_syntax_error_gives_line_column_source_line_and_caret(tmp_path: Path) -> None:
+    make_tree(
+        tmp_path, {"bad.py": b"import tensorflow as tf  # mixed_precision\ndef f(:\n    pass\n"}
+    )
+    proc = run_cli("bad.py", cwd=tmp_path)
+    assert proc.returncode == 123
+    assert "bad.py:2:7: cannot parse: invalid syntax\n    def f(:\n          ^\n" in proc.stderr
+    assert "Python 2" not in proc.stderr
+
+
+def test_undecodable_file_names_line_byte_and_the_coding_cookie(tmp_path: Path) -> None:
+    source = "# 混合精度 训练脚本\nimport tensorflow as tf  # mixed_precision\n".encode("gbk")
+    make_tree(tmp_path, {"gbk.py": source})
+    proc = run_cli("gbk.py", cwd=tmp_path)
+    assert proc.returncode == 123
+    assert "gbk.py:1:3: cannot decode byte 0x" in proc.stderr
+    assert "`# -*- coding: gbk -*-`" in proc.stderr
+    assert "混合精度" in proc.stderr  # the line is shown in the encoding that reads it
+
+
+def test_an_unwritable_output_dir_is_named_as_the_destination(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"src/sub/train.py": PORTABLE})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sub").write_text("a file where the mirrored directory should go")
+    proc = run_cli("src", "--output-dir", "out", cwd=tmp_path)
+    assert proc.returncode == 123
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("src/sub/train.py"))
+    assert re.match(r"src/sub/train\.py: error: cannot write \S*out/sub", line), line
 
 
 def test_python2_and_undecodable_files_are_failures_with_reasons(tmp_path: Path) -> None:
@@ -225,8 +258,8 @@ def test_python2_and_undecodable_files_are_failures_with_reasons(tmp_path: Path)
         f["path"]: f["reason"] for f in json.loads((tmp_path / "r.json").read_text())["failed"]
     }
     assert set(reasons) == {"py2.py", "latin.py"}
-    assert "syntax" in reasons["py2.py"]
-    assert "decode" in reasons["latin.py"]
+    assert "cannot parse" in reasons["py2.py"] and "Python 2" in reasons["py2.py"]
+    assert "cannot decode" in reasons["latin.py"]
 
 
 def test_dangling_symlink_is_an_unreadable_file(tmp_path: Path) -> None:
@@ -338,7 +371,7 @@ def test_quiet_keeps_errors_and_drops_the_summary(tmp_path: Path) -> None:
     make_tree(tmp_path, {"bad.py": BROKEN, "ok.py": NOTHING_TO_PORT})
     proc = run_cli("-q", ".", cwd=tmp_path)
     assert proc.returncode == 123
-    assert proc.stderr.startswith("bad.py: error: ")
+    assert proc.stderr.startswith("bad.py:2:7: cannot parse: ")
     assert "files scanned" not in proc.stderr
 
 
