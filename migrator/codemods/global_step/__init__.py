@@ -1,8 +1,9 @@
 """The global-step move: advance `global_step` inside the optimizers' `apply_gradients`.
 
-One subpackage because the move is one rewrite in four parts: `names` and `exprs` recognise what a
-step update looks like, `analysis` finds them in a module, `edit` rewrites a file, and `plan`
-decides across files (scan, build_plan, rewrite). Callers use the names re-exported here.
+One subpackage because the move is one rewrite in several parts: `names` and `exprs` recognise
+what a step update looks like, `tree` walks and reads assignments, `analysis` finds the updates and
+optimizer classes of a module and records them as `model` records, `edit` rewrites a file, and
+`plan` decides across files (scan, build_plan, rewrite). Callers use the names re-exported here.
 """
 
 from migrator.codemods.global_step.plan import (

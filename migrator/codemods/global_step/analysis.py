@@ -8,10 +8,6 @@ than guessed at: the caller turns problems into manual-review warnings.
 
 from __future__ import annotations
 
-import dataclasses
-from contextvars import ContextVar
-from typing import Literal
-
 import libcst as cst
 from libcst.metadata import (
     QualifiedName,
@@ -29,6 +25,14 @@ from migrator.codemods.global_step.exprs import (
     step_update,
     update_parts,
 )
+from migrator.codemods.global_step.model import (
+    CallSite,
+    Increment,
+    ModuleAnalysis,
+    OptimizerClass,
+    OptimizerRef,
+    StepFunction,
+)
 from migrator.codemods.global_step.names import (
     is_builtin_optimizer,
     is_loss_scale_optimizer,
@@ -36,174 +40,24 @@ from migrator.codemods.global_step.names import (
     is_tf_function,
     single_name,
 )
+from migrator.codemods.global_step.tree import (
+    INDEX,
+    Index,
+    assigned_value,
+    assignments,
+    branch_values,
+    collect,
+    indented_blocks,
+    names_in,
+    statement_owners,
+)
 from migrator.codemods.lines import LineProvider, start_line
 from migrator.codemods.parents import ParentProvider
 from migrator.codemods.qualified import qualified_names
 
-RefKind = Literal["local", "import", "builtin", "unknown"]
-ClassState = Literal["insertable", "advances", "follows_bases", "unsupported"]
-
 _APPLY_METHODS = {"apply_gradients": 1, "minimize": 1}  # method -> global_step position
 _STEP_GETTERS = ("get_or_create_global_step", "get_global_step", "create_global_step")
 _FINITE_COMBINERS = ("reduce_all", "logical_and", "cast", "identity", "stop_gradient", "stack")
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimizerRef:
-    """Where an optimizer (or a base class) comes from, as written in one file."""
-
-    kind: RefKind
-    module: str  # dotted module of an import (may start with dots); "" otherwise
-    name: str  # class name
-    text: str  # the expression as written, for messages
-    line: int
-
-
-@dataclasses.dataclass
-class Increment:
-    """One hand-made `global_step` update: the statements that compute and assign it."""
-
-    statements: list[cst.BaseStatement]  # source order, all in one block, the group last
-    replacement: cst.BaseStatement | None  # `T = first` when `T = tf.group(first, ...)`, T != first
-    line: int
-
-
-@dataclasses.dataclass
-class CallSite:
-    call: cst.Call
-    step_passed: bool
-    line: int
-
-
-@dataclasses.dataclass
-class StepFunction:
-    key: str
-    name: str
-    line: int
-    step: str = "global_step"
-    increments: list[Increment] = dataclasses.field(default_factory=list)
-    call_sites: list[CallSite] = dataclasses.field(default_factory=list)
-    optimizers: list[OptimizerRef] = dataclasses.field(default_factory=list)
-    problem: str | None = None
-    problem_line: int = 0
-    # False: it builds no loss-scale optimizer, so its update stays; it is traced only so that
-    # no class it shares gains an increment (its step would then advance twice).
-    scaled: bool = True
-    op_name: str | None = None  # `tf.identity(new_step, name="...")` in the removed update
-
-
-@dataclasses.dataclass
-class OptimizerClass:
-    name: str
-    line: int
-    state: ClassState
-    reason: str = ""
-    bases: list[OptimizerRef] = dataclasses.field(default_factory=list)
-    apply: cst.FunctionDef | None = None
-    return_line: int = 0
-    step_param: str = "global_step"
-    list_name: str = ""
-    tf_alias: str = ""
-
-
-@dataclasses.dataclass
-class ModuleAnalysis:
-    step_functions: list[StepFunction]
-    classes: dict[str, OptimizerClass]
-    loss_scale_lines: list[int]  # where the module builds a loss-scale optimizer at all
-    unscaled_steps: list[tuple[str, int]]  # functions updating global_step with no loss scaling
-
-
-class _Collector(cst.CSTVisitor):
-    """Collects nodes of some types below a root without entering nested scopes (unless asked)."""
-
-    def __init__(self, root: cst.CSTNode, types: tuple[type, ...], *, enter_defs: bool) -> None:
-        self.root = root
-        self.types = types
-        self.enter_defs = enter_defs
-        self.found: list[cst.CSTNode] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, self.types):
-            self.found.append(node)
-        if node is not self.root and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            return self.enter_defs
-        return True
-
-
-class _Index(cst.CSTVisitor):
-    """Every node of a tree in visiting order with the end of its subtree, from one walk.
-
-    The analysis asks for the nodes of some types below many roots; slicing this list gives the
-    same nodes in the same order as a walk below each root would, without walking again. The walk
-    also finds every function with the names of its enclosing defs, in source order.
-    """
-
-    def __init__(self, root: cst.CSTNode) -> None:
-        super().__init__()
-        self.root = root
-        self.nodes: list[cst.CSTNode] = []
-        self.ends: list[int] = []
-        self.start: dict[int, int] = {}
-        self.functions: list[tuple[cst.FunctionDef, tuple[str, ...]]] = []
-        self._open: list[int] = []
-        self._path: tuple[str, ...] = ()
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.start[id(node)] = len(self.nodes)
-        self._open.append(len(self.nodes))
-        self.nodes.append(node)
-        self.ends.append(0)
-        if node is not self.root and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            self._path = (*self._path, node.name.value)
-            if isinstance(node, cst.FunctionDef):
-                self.functions.append((node, self._path))
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.ends[self._open.pop()] = len(self.nodes)
-        if original_node is not self.root and isinstance(
-            original_node, (cst.FunctionDef, cst.ClassDef)
-        ):
-            self._path = self._path[:-1]
-
-    def collect(
-        self, root: cst.CSTNode, types: tuple[type, ...], enter_defs: bool
-    ) -> list[cst.CSTNode] | None:
-        """What `_Collector` finds below `root`, or None when `root` is not in this tree."""
-        first = self.start.get(id(root))
-        if first is None or self.nodes[first] is not root:
-            return None
-        found: list[cst.CSTNode] = []
-        nodes, ends = self.nodes, self.ends
-        i, stop = first, ends[first]
-        while i < stop:
-            node = nodes[i]
-            if isinstance(node, types):
-                found.append(node)
-            if i != first and not enter_defs and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-                i = ends[i]
-            else:
-                i += 1
-        return found
-
-
-# The index of the module being analysed; set only while `Analyzer.visit_Module` runs.
-_INDEX: ContextVar[_Index | None] = ContextVar("global_step_index", default=None)
-
-
-def _collect(root: cst.CSTNode, *types: type, enter_defs: bool = False) -> list:
-    index = _INDEX.get()
-    found = index.collect(root, types, enter_defs) if index is not None else None
-    if found is not None:
-        return found
-    collector = _Collector(root, types, enter_defs=enter_defs)
-    root.visit(collector)
-    return collector.found
-
-
-def _names_in(node: cst.CSTNode, name: str) -> int:
-    return sum(1 for n in _collect(node, cst.Name, enter_defs=True) if n.value == name)
 
 
 class Analyzer(cst.CSTVisitor):
@@ -228,13 +82,13 @@ class Analyzer(cst.CSTVisitor):
     # -- entry ------------------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> bool:
         self.module = node
-        index = _Index(node)
+        index = Index(node)
         node.visit(index)
-        token = _INDEX.set(index)
+        token = INDEX.set(index)
         try:
             self._module(node, index.functions)
         finally:
-            _INDEX.reset(token)
+            INDEX.reset(token)
         return False
 
     def _module(
@@ -245,7 +99,7 @@ class Analyzer(cst.CSTVisitor):
                 self.result.classes[stmt.name.value] = self._class(stmt)
         self.result.loss_scale_lines = [
             self.line(c)
-            for c in _collect(node, cst.Call, enter_defs=True)
+            for c in collect(node, cst.Call, enter_defs=True)
             if is_loss_scale_optimizer(self.qnames(c.func))
         ]
         seen: dict[str, int] = {}
@@ -299,15 +153,15 @@ class Analyzer(cst.CSTVisitor):
         else:
             return self._unsupported(info, "its apply_gradients takes no global_step argument")
         step = info.step_param
-        for call in _collect(apply, cst.Call, enter_defs=True):
+        for call in collect(apply, cst.Call, enter_defs=True):
             update = step_update(call, self.qnames)
             if update is not None and update[0] == step:
                 info.state = "advances"
                 return info
-        for call in _collect(apply, cst.Call, enter_defs=True):
+        for call in collect(apply, cst.Call, enter_defs=True):
             func = call.func
             if isinstance(func, cst.Attribute) and func.attr.value == "apply_gradients":
-                if _names_in(call, step) and self._is_base_call(func.value, node):
+                if names_in(call, step) and self._is_base_call(func.value, node):
                     return info
                 return self._unsupported(
                     info, "its apply_gradients hands the step to another optimizer"
@@ -328,7 +182,7 @@ class Analyzer(cst.CSTVisitor):
     def _insertion_point(
         self, info: OptimizerClass, apply: cst.FunctionDef, cls: cst.ClassDef
     ) -> OptimizerClass:
-        returns = _collect(apply.body, cst.Return)
+        returns = collect(apply.body, cst.Return)
         body = apply.body.body if isinstance(apply.body, cst.IndentedBlock) else ()
         last = body[-1] if body else None
         if (
@@ -364,12 +218,12 @@ class Analyzer(cst.CSTVisitor):
         `name += more` keeps a list a list; a value returned by a method of the same class counts
         when that method returns a provable list (ELECTRA's AdamWeightDecay collects its updates
         in a helper, once per layer group)."""
-        values = _assignments(fn).get(name, [])
+        values = assignments(fn).get(name, [])
         extended = sum(
             isinstance(a.target, cst.Name)
             and a.target.value == name
             and isinstance(a.operator, cst.AddAssign)
-            for a in _collect(fn.body, cst.AugAssign)
+            for a in collect(fn.body, cst.AugAssign)
         )
         known = [v for v in values if v is not None]
         if not known or len(values) - len(known) != extended:
@@ -397,7 +251,7 @@ class Analyzer(cst.CSTVisitor):
         ]
         if len(methods) != 1:
             return False
-        returns = _collect(methods[0].body, cst.Return)
+        returns = collect(methods[0].body, cst.Return)
         return bool(returns) and all(
             isinstance(r.value, cst.Name) and self._is_list(methods[0], r.value.value, None)
             for r in returns
@@ -407,7 +261,7 @@ class Analyzer(cst.CSTVisitor):
     def _function(self, fn: cst.FunctionDef, key: str) -> None:
         candidates = []
         unnamed = []  # `tf.assign_add(tf.train.get_global_step(), 1)`: no name to pass on
-        for call in _collect(fn.body, cst.Call):
+        for call in collect(fn.body, cst.Call):
             parts = update_parts(call, self.qnames)
             if parts is None:
                 continue
@@ -421,10 +275,10 @@ class Analyzer(cst.CSTVisitor):
                 unnamed.append((call, target))
         if not candidates and not unnamed:
             return  # most functions: no call even looks like an update, so skip the scope walk
-        assigns = _assignments(fn)
+        assigns = assignments(fn)
         self._update_predicates = {
             name_of(argument(c, 0, "pred"))
-            for c in _collect(fn.body, cst.Call)
+            for c in collect(fn.body, cst.Call)
             if is_tf_function(self.qnames(c.func), "cond")
         } - {None}
         updates = [(c, u) for c, u in candidates if self._is_global_step(u[0], assigns)]
@@ -432,7 +286,7 @@ class Analyzer(cst.CSTVisitor):
             return
         uses_loss_scale = any(
             is_loss_scale_optimizer(self.qnames(c.func))
-            for c in _collect(fn, cst.Call, enter_defs=True)
+            for c in collect(fn, cst.Call, enter_defs=True)
         )
         step = updates[0][1][0] if updates else "global_step"
         info = StepFunction(key, fn.name.value, self.line(fn), step=step)
@@ -463,8 +317,8 @@ class Analyzer(cst.CSTVisitor):
                 )
             if len({u[0] for _, u in updates}) != 1:
                 raise _Problem("it updates more than one step variable", self.line(fn))
-            blocks = {id(s): b for b in _blocks(fn) for s in b.body}
-            owner = _statement_owners(fn)
+            blocks = {id(s): b for b in indented_blocks(fn) for s in b.body}
+            owner = statement_owners(fn)
             for call, _ in updates:
                 stmt = owner.get(id(call))
                 block = blocks.get(id(stmt))
@@ -480,7 +334,7 @@ class Analyzer(cst.CSTVisitor):
         names = set()
         for inc in info.increments:
             for stmt in inc.statements:
-                for call in _collect(stmt, cst.Call):
+                for call in collect(stmt, cst.Call):
                     name = argument(call, 99, "name")
                     if is_tf_function(self.qnames(call.func), "identity") and isinstance(
                         name, cst.SimpleString
@@ -540,11 +394,11 @@ class Analyzer(cst.CSTVisitor):
             t.target.value
             for inc in info.increments
             for s in inc.statements[:-1]
-            for t in _collect(s, cst.AssignTarget)
+            for t in collect(s, cst.AssignTarget)
             if isinstance(t.target, cst.Name)
         }
         for name in computed:
-            if _names_in(fn, name) != sum(_names_in(s, name) for s in removed):
+            if names_in(fn, name) != sum(names_in(s, name) for s in removed):
                 raise _Problem(f"`{name}` is also used outside the step update", info.line)
 
     def _group_shape(
@@ -585,7 +439,7 @@ class Analyzer(cst.CSTVisitor):
         found: list[cst.BaseStatement] = []
         position = next(i for i, s in enumerate(body) if s is stmt)
         for earlier in reversed(body[:position]):
-            value = _assigned_value(earlier, new)
+            value = assigned_value(earlier, new)
             line = self.line(earlier)
             if value is not None:
                 found.insert(0, earlier)
@@ -597,13 +451,13 @@ class Analyzer(cst.CSTVisitor):
                     continue
                 self._check_new_step(value, step, assigns, line)
                 return found
-            branches = _branch_values(earlier, new)
+            branches = branch_values(earlier, new)
             if branches is not None:
                 for branch_value in branches:
                     self._check_new_step(branch_value, step, assigns, line)
                 found.insert(0, earlier)
                 return found
-            if _names_in(earlier, new):
+            if names_in(earlier, new):
                 raise _Problem(f"`{new}` is computed in a shape the tool does not know", line)
         raise _Problem(f"cannot find where `{new}` is computed", self.line(stmt))
 
@@ -723,7 +577,7 @@ class Analyzer(cst.CSTVisitor):
 
     # -- where the function applies its optimizer ---------------------------------------------
     def _call_sites(self, fn: cst.FunctionDef, info: StepFunction) -> None:
-        for call in _collect(fn.body, cst.Call, enter_defs=True):
+        for call in collect(fn.body, cst.Call, enter_defs=True):
             func = call.func
             if not isinstance(func, cst.Attribute) or func.attr.value not in _APPLY_METHODS:
                 continue
@@ -811,69 +665,3 @@ class _Problem(Exception):
         super().__init__(reason)
         self.reason = reason
         self.line = line
-
-
-def _assignments(fn: cst.FunctionDef) -> dict[str, list[cst.BaseExpression | None]]:
-    """name -> values assigned in the function's own scope; None where the value is unknown."""
-    out: dict[str, list[cst.BaseExpression | None]] = {}
-    for param in _collect(fn.params, cst.Param):
-        if isinstance(param.default, (cst.SimpleString, cst.ConcatenatedString)):
-            continue  # `optimizer="adamw"` (ALBERT) names what to build; it is not a value here
-        out.setdefault(param.name.value, []).append(None)
-    for node in _collect(fn.body, cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.AsName):
-        if isinstance(node, cst.Assign):
-            for target in node.targets:
-                if isinstance(target.target, cst.Name):
-                    out.setdefault(target.target.value, []).append(node.value)
-                else:
-                    for name in _collect(target.target, cst.Name):
-                        out.setdefault(name.value, []).append(None)
-        elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name):
-            out.setdefault(node.target.value, []).append(node.value)
-        elif isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name):
-            out.setdefault(node.target.value, []).append(None)
-        elif isinstance(node, (cst.For, cst.AsName)):
-            for name in _collect(node.target if isinstance(node, cst.For) else node.name, cst.Name):
-                out.setdefault(name.value, []).append(None)
-    return out
-
-
-def _assigned_value(stmt: cst.BaseStatement, name: str) -> cst.BaseExpression | None:
-    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-        return None
-    assign = stmt.body[0]
-    if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
-        if name_of(assign.targets[0].target) == name:
-            return assign.value
-    return None
-
-
-def _branch_values(stmt: cst.BaseStatement, name: str) -> list[cst.BaseExpression] | None:
-    """`if ...: name = a  elif ...: name = b  else: name = c` -> [a, b, c]; else None."""
-    if not isinstance(stmt, cst.If):
-        return None
-    values: list[cst.BaseExpression] = []
-    branch: cst.If | cst.Else | None = stmt
-    while branch is not None:
-        body = branch.body.body if isinstance(branch.body, cst.IndentedBlock) else ()
-        branch_values = [_assigned_value(s, name) for s in body]
-        if not branch_values or any(v is None for v in branch_values):
-            return None
-        values.extend(v for v in branch_values if v is not None)
-        if isinstance(branch, cst.Else):
-            return values
-        branch = branch.orelse
-    return None
-
-
-def _blocks(fn: cst.FunctionDef) -> list[cst.IndentedBlock]:
-    return _collect(fn.body, cst.IndentedBlock)
-
-
-def _statement_owners(fn: cst.FunctionDef) -> dict[int, cst.SimpleStatementLine]:
-    """id(call) -> the simple statement line containing it (own scope only)."""
-    owners: dict[int, cst.SimpleStatementLine] = {}
-    for line in _collect(fn.body, cst.SimpleStatementLine):
-        for call in _collect(line, cst.Call):
-            owners[id(call)] = line
-    return owners

@@ -22,12 +22,7 @@ from collections.abc import Collection, Iterable
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from migrator.codemods.global_step.analysis import (
-    Analyzer,
-    ClassState,
-    ModuleAnalysis,
-    OptimizerRef,
-)
+from migrator.codemods.global_step.analysis import Analyzer
 from migrator.codemods.global_step.edit import (
     Editor,
     Edits,
@@ -35,6 +30,7 @@ from migrator.codemods.global_step.edit import (
     quote_style,
     template,
 )
+from migrator.codemods.global_step.model import ClassState, ModuleAnalysis, OptimizerRef
 from migrator.findings import Finding
 from migrator.prefilter import GLOBAL_STEP_TRIGGERS as GLOBAL_STEP_TRIGGERS  # contract name
 
