@@ -43,11 +43,11 @@ def dynamic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return _port(tmp_path_factory.mktemp("dynamic"), "--add-loss-scale", "dynamic")
 
 
-def _train(directory: Path, precision: str, pattern: str) -> list[dict]:
+def _train(directory: Path, precision: str, pattern: str, *builder: str) -> list[dict]:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("INF_NAN_MODE_ENABLE", None)
     proc = subprocess.run(
-        [sys.executable, "run_train.py", precision, pattern],
+        [sys.executable, "run_train.py", precision, pattern, *builder],
         cwd=directory,
         env=env,
         capture_output=True,
@@ -157,6 +157,9 @@ def test_optional_horovod_gets_the_scripts_condition(dynamic) -> None:
     )
     assert code.index("hvd.DistributedOptimizer") < code.index("NPULossScaleOptimizer(optimizer")
     assert [f for f in _findings(report, "train_hvd.py") if f["kind"] != "change"] == []
+    # Without Horovod (not even installed here) it builds and trains on one worker.
+    rows = _train(out, "fp32", "coc", "train_hvd")
+    assert [(r["applied"], r["global_step"]) for r in rows] == [(True, 1), (False, 1), (True, 2)]
 
 
 def test_keras_optimizer_is_left_and_reported(dynamic) -> None:
