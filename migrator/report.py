@@ -61,6 +61,18 @@ def build_report(result: RunResult) -> dict[str, Any]:
     }
 
 
+def _md_failure(path: str, reason: str) -> str:
+    """A list item; a reason with the source line and caret below it keeps them in a code block
+    (indented under the item) so the caret stays under its column."""
+    first, *rest = reason.splitlines()
+    item = f"- {_md_code(path)}: {first}"
+    if not rest:
+        return item
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", reason)), default=0))
+    body = "\n".join(f"  {line}" for line in rest)
+    return f"{item}\n\n  {fence}\n{body}\n  {fence}"
+
+
 def _md_code(text: str) -> str:
     """Inline code that survives backticks inside `text`."""
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
@@ -90,7 +102,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     if report["failed"]:
         out += ["", "## Failed (left untouched)", ""]
-        out += [f"- {_md_code(f['path'])}: {f['reason']}" for f in report["failed"]]
+        out += [_md_failure(f["path"], f["reason"]) for f in report["failed"]]
     reviewed = [f for f in report["files"] if f["status"] != "failed" or f["warnings"]]
     if reviewed:
         out += ["", "## Files"]
@@ -133,7 +145,7 @@ def render_html(report: dict[str, Any]) -> str:
     if report["failed"]:
         parts.append("<h2>Failed (left untouched)</h2><ul>")
         parts += [
-            f"<li><code>{html.escape(f['path'])}</code>: {html.escape(f['reason'])}</li>"
+            f"<li><code>{html.escape(f['path'])}</code>: <pre>{html.escape(f['reason'])}</pre></li>"
             for f in report["failed"]
         ]
         parts.append("</ul>")

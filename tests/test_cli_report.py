@@ -62,7 +62,7 @@ def test_json_report_lists_changes_warnings_and_failures(tmp_path: Path) -> None
     assert isinstance(summary["seconds"], float)
 
     assert {f["path"] for f in report["failed"]} == {"bad.py", "odd <name>.py"}
-    assert all("syntax error" in f["reason"] for f in report["failed"])
+    assert all("cannot parse" in f["reason"] for f in report["failed"])
 
     for finding in report["findings"]:
         assert set(finding) == {"path", "line", "rule", "message", "kind"}
@@ -93,7 +93,8 @@ def test_markdown_report_has_summary_failures_findings_and_diff(tmp_path: Path) 
         f"| {s['files_failed']} |"
     )
     assert row in md
-    assert "## Failed (left untouched)\n\n- `bad.py`: syntax error" in md
+    assert "## Failed (left untouched)\n\n- `bad.py`: 2:" in md
+    assert ": cannot parse: invalid syntax\n\n  ```\n" in md  # the line and caret, kept aligned
     assert "### `train.py` (changed)" in md
     assert "### `manual.py`" in md
     assert "```diff\n--- a/train.py\n" in md

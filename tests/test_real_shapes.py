@@ -19,6 +19,15 @@ from cli_runner import REPO_ROOT, run_cli
 FIXTURES = Path(__file__).parent / "fixtures" / "migrator"
 
 
+def _python(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run a ported script (or `-c` code) in a fresh process, with the library importable."""
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("INF_NAN_MODE_ENABLE", None)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
 @pytest.fixture(scope="module")
 def optional_horovod(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("hvd_src")
@@ -37,16 +46,7 @@ def test_optional_horovod_gets_the_scripts_own_condition(optional_horovod: Path)
 
 
 def test_optional_horovod_port_trains_on_one_device(optional_horovod: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("INF_NAN_MODE_ENABLE", None)
-    proc = subprocess.run(
-        [sys.executable, "run_single.py"],
-        cwd=optional_horovod,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _python(optional_horovod, "run_single.py")
     assert proc.returncode == 0, proc.stderr[-4000:]
     clean, overflow, clean_again = json.loads(proc.stdout.strip().splitlines()[-1])
     assert clean["w"] != [1.0, 2.0] and clean["global_step"] == 1
@@ -93,16 +93,7 @@ def test_a_loss_scale_object_read_by_calling_it_is_ported_and_runs(tmp_path: Pat
     assert not [f for f in findings if f["kind"] == "warning"], findings
     code = (tmp_path / "train.py").read_text()
     assert "DynamicLossScale" not in code and "loss_scaler()" in code
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("INF_NAN_MODE_ENABLE", None)
-    done = subprocess.run(
-        [sys.executable, "train.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _python(tmp_path, "train.py")
     assert done.returncode == 0, done.stderr[-4000:]
     clean, overflow, clean_again = json.loads(done.stdout)
     assert (clean["global_step"], clean["scale"]) == (1, 1024.0)
@@ -128,16 +119,7 @@ def test_a_compatible_subclass_is_rebased_and_works(tmp_path: Path) -> None:
         "assert subclass.is_managed(opt)\n"
         "print(float(manager.get_loss_scale()), w.numpy().tolist())\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("INF_NAN_MODE_ENABLE", None)
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _python(tmp_path, "-c", script)
     assert done.returncode == 0, done.stderr[-3000:]
     scale, weights = done.stdout.split(" ", 1)
     assert float(scale) == 128.0  # init 128; one clean step, then one overflow (2 needed to cut)
@@ -181,15 +163,7 @@ def test_a_name_other_files_import_from_a_ported_module_stays_importable(tmp_pat
     rules = {f["rule"] for f in json.loads(report.read_text(encoding="utf-8"))["findings"]}
     assert "reexport" in rules
     assert (tmp_path / "train.py").read_text().startswith("from utils import LossScaleOptimizer")
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run(
-        [sys.executable, "-c", "import train; print(train.WRAPPER.__name__)"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _python(tmp_path, "-c", "import train; print(train.WRAPPER.__name__)")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "NPULossScaleOptimizer"
     assert run_cli(tmp_path, "--check").returncode == 0  # a second run changes nothing
@@ -212,15 +186,6 @@ def test_an_optional_strategy_gives_has_strategy_and_one_device_builds(tmp_path:
         "    sess.run(train)\n"
         "    print(sess.run(w).tolist())\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("INF_NAN_MODE_ENABLE", None)
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _python(tmp_path, "-c", script)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) != [1.0, 2.0]  # one device: built, trained, not distributed
