@@ -116,7 +116,10 @@ def test_fixed_scale_trains_fp16_and_skips_the_overflow(fixed) -> None:
 
 def test_dynamic_scale_has_the_seed_values_and_trains(dynamic) -> None:
     out, _ = dynamic
-    code = " ".join((out / "optimization.py").read_text(encoding="utf-8").split())
+    raw = (out / "optimization.py").read_text(encoding="utf-8")
+    # Laid out like the file's own code: the arguments four spaces past the statement.
+    assert "\n  loss_scale_manager = ExponentialUpdateLossScaleManager(\n      init_loss" in raw
+    code = " ".join(raw.split())
     assert (
         "ExponentialUpdateLossScaleManager( init_loss_scale=2**32, incr_every_n_steps=1000, "
         "decr_every_n_nan_or_inf=2, decr_ratio=0.5)" in code

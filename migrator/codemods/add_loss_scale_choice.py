@@ -17,15 +17,16 @@ _DYNAMIC = (
 )
 
 
-def manager_call(choice: str, indent: str | None = None) -> tuple[str, str]:
+def manager_call(choice: str, *, multiline: bool = False) -> tuple[str, str]:
     """(manager class, constructor call) for `dynamic` or a fixed scale N; ValueError otherwise.
 
-    With an `indent`, a long call continues on lines at that indentation plus four spaces.
+    `multiline` puts a long call's arguments on lines indented four spaces, for a statement:
+    libcst adds the indentation of the block the statement lands in.
     """
     if choice == "dynamic":
-        if indent is None:
+        if not multiline:
             return api.DYNAMIC, f"{api.DYNAMIC}({' '.join(_DYNAMIC)})"
-        lines = "".join(f"\n{indent}    {line}" for line in _DYNAMIC)
+        lines = "".join(f"\n    {line}" for line in _DYNAMIC)
         return api.DYNAMIC, f"{api.DYNAMIC}({lines})"
     try:
         value = float(choice)

@@ -45,7 +45,6 @@ class Planner:
         self.after: dict[int, list[str]] = {}  # statement -> optimizer names wrapped after it
         self.replace: dict[int, cst.BaseExpression] = {}  # node -> its replacement
         self.wraps = 0
-        self.indents: dict[int, str] = {}  # anchor statement -> its indentation
 
     def line(self, node: cst.CSTNode) -> int:
         return self.positions[node].start.line
@@ -121,7 +120,6 @@ class Planner:
             )
             return
         self.after.setdefault(id(anchor), []).append(binding.name)
-        self.indents[id(anchor)] = " " * self.positions[anchor].start.column
         self.wraps += 1
         self.note(
             anchor,

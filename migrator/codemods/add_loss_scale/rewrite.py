@@ -27,15 +27,14 @@ class Rewriter(cst.CSTTransformer):
         names = self.planner.after.get(id(original))
         if not names or not isinstance(updated, cst.BaseStatement):
             return updated
-        indent = self.planner.indents[id(original)]
-        return cst.FlattenSentinel([updated, *self._wrap_statements(names, indent)])
+        return cst.FlattenSentinel([updated, *self._wrap_statements(names)])
 
-    def _wrap_statements(self, names: list[str], indent: str) -> list[cst.BaseStatement]:
+    def _wrap_statements(self, names: list[str]) -> list[cst.BaseStatement]:
         statements: list[cst.BaseStatement] = []
         for name in names:
             code = template("add_loss_scale_wrap.py.tmpl").format(
                 manager=_MANAGER_VARIABLE,
-                manager_call=manager_call(self.planner.choice, indent)[1],
+                manager_call=manager_call(self.planner.choice, multiline=True)[1],
                 optimizer=name,
             )
             parsed = cst.parse_module(code)
