@@ -262,6 +262,12 @@ def main() -> None:
         "--jobs", type=int, default=None, help="npu-migrate --jobs (default: its own)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        default=None,
+        help="a real tree of Python files to time instead of the generated one",
+    )
     args = parser.parse_args()
     if args.files < 1 or args.repeats < 1:
         parser.error("--files and --repeats must be at least 1")
@@ -271,8 +277,14 @@ def main() -> None:
         raise SystemExit(f"tf_upgrade_v2 not found next to {sys.executable}")
     env_note = f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
     with tempfile.TemporaryDirectory(prefix="npu-migrate-bench-") as tmp:
-        tree = Path(tmp) / "tree"
-        files, lines = generate_tree(tree, args.files, args.seed)
+        if args.tree is not None:
+            tree = args.tree.resolve()
+            sources = list(tree.rglob("*.py"))
+            files = len(sources)
+            lines = sum(p.read_bytes().count(b"\n") for p in sources)
+        else:
+            tree = Path(tmp) / "tree"
+            files, lines = generate_tree(tree, args.files, args.seed)
         candidates = count_candidates(tree)
         print(
             f"tree: {files} files, {lines} lines, {candidates} pass the byte pre-filter "
