@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-from cli_runner import run_cli
+from cli_runner import REPO_ROOT, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "migrator" / "bert"
 MOVE, MANUAL = "global-step-move", "global-step-manual"
@@ -409,3 +412,31 @@ def test_string_parameter_that_picks_the_optimizer_is_not_an_unknown_optimizer(t
     _assert_guarded_increment_before_return(_method(tree, "Local", "apply_gradients"), "ops")
     shared = ast.parse((src / "shared_opt.py").read_text())
     _assert_guarded_increment_before_return(_method(shared, "Shared", "apply_gradients"), "ops")
+
+
+def test_step_update_grouped_in_the_return_statement_moves_and_trains(tmp_path):
+    # `return tf.group(opt.apply_gradients(gv), [global_step.assign_add(1)])`: the return keeps
+    # the optimizer's op, which now gets the step; the class advances it on clean steps only.
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES.parent / "return_group", src)
+    report = _migrate(tmp_path, src)
+    assert [f for f in report["findings"] if f["kind"] == "warning"] == []
+    tree = ast.parse((src / "optimization.py").read_text())
+    create = _function(tree, "create_optimizer")
+    assert _step_updates(create) == []
+    assert ast.unparse(create.body[-1]) == (
+        "return optimizer.apply_gradients(grads_and_vars, global_step=global_step)"
+    )
+    _assert_guarded_increment_before_return(_method(tree, "PlainSGD", "apply_gradients"), "updates")
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("INF_NAN_MODE_ENABLE", None)
+    proc = subprocess.run(
+        [sys.executable, "run_steps.py"],
+        cwd=src,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [[True, 1], [False, 1], [True, 2]]

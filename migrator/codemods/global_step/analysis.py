@@ -367,7 +367,9 @@ class Analyzer(cst.CSTVisitor):
         shape = self._group_shape(stmt, step)
         if block is None or shape is None:
             raise _Problem(
-                f"the step update `{code}` is not `x = tf.group(x, [step.assign(...)])`", line
+                f"the step update `{code}` is not `x = tf.group(x, [step.assign(...)])` (or "
+                "`return tf.group(x, [step.assign(...)])`)",
+                line,
             )
         target, first, update_kind, value = shape
         statements: list[cst.BaseStatement] = [stmt]
@@ -381,7 +383,9 @@ class Analyzer(cst.CSTVisitor):
         else:
             self._check_new_step(value, step, assigns, line)
         replacement = None
-        if name_of(first) != target:
+        if target is None:  # `return tf.group(first, [update])` -> `return first`
+            replacement = stmt.with_changes(body=[stmt.body[0].with_changes(value=first)])
+        elif name_of(first) != target:
             replacement = stmt.with_changes(
                 body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(target))], value=first)]
             )
@@ -403,14 +407,21 @@ class Analyzer(cst.CSTVisitor):
 
     def _group_shape(
         self, stmt: cst.SimpleStatementLine, step: str
-    ) -> tuple[str, cst.BaseExpression, str, cst.BaseExpression | None] | None:
-        """`T = tf.group(first, [step.assign(v)])` -> (T, first, "assign", v)."""
-        if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
+    ) -> tuple[str | None, cst.BaseExpression, str, cst.BaseExpression | None] | None:
+        """`T = tf.group(first, [step.assign(v)])` -> (T, first, "assign", v); the target is None
+        for `return tf.group(first, [step.assign(v)])`."""
+        if len(stmt.body) != 1:
             return None
-        assign = stmt.body[0]
-        target = name_of(assign.targets[0].target) if len(assign.targets) == 1 else None
-        call = assign.value
-        if target is None or not isinstance(call, cst.Call):
+        node = stmt.body[0]
+        if isinstance(node, cst.Return):
+            target, call = None, node.value
+        elif isinstance(node, cst.Assign) and len(node.targets) == 1:
+            target, call = name_of(node.targets[0].target), node.value
+            if target is None:
+                return None
+        else:
+            return None
+        if not isinstance(call, cst.Call):
             return None
         if not is_tf_function(self.qnames(call.func), "group") or len(call.args) != 2:
             return None
