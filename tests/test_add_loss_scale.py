@@ -188,7 +188,8 @@ def test_other_shapes(fixed) -> None:
     code = (out / "shapes.py").read_text(encoding="utf-8")
     # A string parameter that picks the optimizer is not one; the imported class is wrapped too
     # (wrapped once, after the if/elif/else that builds either), with the keyword carried over.
-    assert code.count("optimizer = NPULossScaleOptimizer(optimizer, loss_scale_manager)") == 1
+    create = code[code.index("def create_optimizer") : code.index("class Trainer")]
+    assert create.count("optimizer = NPULossScaleOptimizer(optimizer, loss_scale_manager)") == 1
     assert code.index('raise ValueError("unknown') < code.index("optimizer = NPULossScaleOptimizer")
     assert (
         "grads = [grad for grad, _ in optimizer.compute_gradients(\n"
@@ -201,6 +202,9 @@ def test_other_shapes(fixed) -> None:
         "NPULossScaleOptimizer(tf.train.MomentumOptimizer(0.1, 0.9), FixedLossScaleManager(16384))"
         ".minimize(loss)" in code
     )
+    # An optimizer handed to a helper that trains it (slim's create_train_op) is wrapped too.
+    helper = code[code.index("def helper_trained") :]
+    assert "optimizer = NPULossScaleOptimizer(optimizer, loss_scale_manager)" in helper
     # What it cannot do is reported once each, at the user's line: an optimizer it cannot follow,
     # gradients taken before the optimizer exists, a tf.gradients argument with no counterpart.
     warnings = [f for f in _findings(report, "shapes.py") if f["kind"] == "warning"]

@@ -12,6 +12,8 @@ from migrator.codemods import api
 from migrator.codemods.qualified import qualified_names
 
 TRAINING = ("minimize", "compute_gradients", "apply_gradients")
+# Helpers that train the optimizer they are given (tf.contrib.training, slim, tf_slim).
+HELPERS = ("create_train_op",)
 
 
 @dataclasses.dataclass
@@ -46,19 +48,32 @@ class Finder(cst.CSTVisitor):
         if isinstance(func, cst.Attribute) and func.attr.value in TRAINING and not self.delegating:
             method, receiver = func.attr.value, func.value
             if isinstance(receiver, cst.Name):
-                scope = self.get_metadata(ScopeProvider, receiver, None)
-                if scope is not None:
-                    # One binding per variable, wherever it is used from: keyed by its assignments.
-                    assigned = scope[receiver.value] if receiver.value in scope else ()
-                    key = frozenset(id(a) for a in assigned) or (id(scope), receiver.value)
-                    binding = self.bindings.setdefault(key, Binding(receiver.value, scope))
-                    binding.uses.append((method, node))
+                self._use(receiver, method, node)
             elif isinstance(receiver, cst.Call):
                 self.inline.append((method, receiver, node))
             else:
                 self.untraced.append((method, node))
-        elif self.canonical(func) == "tensorflow.gradients":
+            return
+        name = self.canonical(func)
+        if name == "tensorflow.gradients":
             self.gradients.append(node)
+        elif name is not None and name.rpartition(".")[2] in HELPERS and not self.delegating:
+            # slim's create_train_op(loss, optimizer) calls compute_gradients and apply_gradients
+            # of the optimizer it is given: wrapping that optimizer scales the loss.
+            given = [a.value for a in node.args if a.keyword and a.keyword.value == "optimizer"]
+            given = given or [a.value for a in node.args[1:2] if a.keyword is None]
+            if given and isinstance(given[0], cst.Name):
+                self._use(given[0], "compute_gradients", node)
+
+    def _use(self, receiver: cst.Name, method: str, call: cst.Call) -> None:
+        scope = self.get_metadata(ScopeProvider, receiver, None)
+        if scope is None:
+            return
+        # One binding per variable, wherever it is used from: keyed by its assignments.
+        assigned = scope[receiver.value] if receiver.value in scope else ()
+        key = frozenset(id(a) for a in assigned) or (id(scope), receiver.value)
+        binding = self.bindings.setdefault(key, Binding(receiver.value, scope))
+        binding.uses.append((method, call))
 
     def leave_Module(self, original_node: cst.Module) -> None:
         self.done()
