@@ -86,6 +86,40 @@ def _reusable_here(shared: tf.Tensor | None) -> bool:
     return graph is shared.graph and not graph._current_control_dependencies()
 
 
+def next_rule_state(
+    rule: DynamicRule,
+    finite: tf.Tensor,
+    scale: tf.Tensor,
+    good: tf.Tensor,
+    bad: tf.Tensor,
+    at_floor: tf.Tensor,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """DynamicRule.step on device tensors: (scale, good, bad, skips at floor) after one step.
+
+    Branch-free (tf.where only) because it runs every step, in TF1 graphs, eagerly, inside
+    tf.function and in a replica or cross-replica context alike; the TF managers and the Keras
+    optimizer both assign its results to their own variables. max_loss_scale clamps increases to
+    the cap (the scale reaches it exactly) rather than refusing the step that would pass it.
+    """
+    grow = good + 1 >= rule.incr_every_n_steps
+    grown = scale * tf.constant(rule.incr_ratio, tf.float32)
+    if rule.max_loss_scale is None:
+        grown = tf.where(tf.math.is_finite(grown), grown, scale)
+    else:
+        grown = tf.minimum(grown, tf.constant(rule.max_loss_scale, tf.float32))
+    shrink = bad + 1 >= rule.decr_every_n_nan_or_inf
+    floor = tf.constant(rule.min_loss_scale, tf.float32)
+    shrunk = tf.maximum(floor, scale * tf.constant(rule.decr_ratio, tf.float32))
+
+    zero = tf.zeros_like(good)
+    new_scale = tf.where(finite, tf.where(grow, grown, scale), tf.where(shrink, shrunk, scale))
+    new_good = tf.where(tf.logical_and(finite, tf.logical_not(grow)), good + 1, zero)
+    new_bad = tf.where(finite, tf.where(grow, zero, bad), tf.where(shrink, zero, bad + 1))
+    skipped_at_floor = tf.logical_and(tf.logical_not(finite), scale <= floor)
+    new_at_floor = tf.where(skipped_at_floor, at_floor + 1, tf.zeros_like(at_floor))
+    return new_scale, new_good, new_bad, new_at_floor
+
+
 class LossScaleManager(tf.Module, abc.ABC):
     """Common base: a loss scale to multiply the loss by, and a hook called once per step.
 
@@ -262,28 +296,13 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
             guard = self._stuck_guard(new_at_floor)
             return tf.group(new_at_floor.op, *([] if guard is None else [guard]))
         # Read every variable once; all assigns wait for all new values so no read sees a write.
-        scale = self._loss_scale.read_value()
-        good = self._good_steps.read_value()
-        bad = self._bad_steps.read_value()
-        at_floor_before = self._skips_at_floor.read_value()
-
-        grow = good + 1 >= self._rule.incr_every_n_steps
-        grown = scale * tf.constant(self._rule.incr_ratio, tf.float32)
-        if self._rule.max_loss_scale is None:
-            grown = tf.where(tf.math.is_finite(grown), grown, scale)
-        else:
-            grown = tf.minimum(grown, tf.constant(self._rule.max_loss_scale, tf.float32))
-        shrink = bad + 1 >= self._rule.decr_every_n_nan_or_inf
-        floor = tf.constant(self._rule.min_loss_scale, tf.float32)
-        shrunk = tf.maximum(floor, scale * tf.constant(self._rule.decr_ratio, tf.float32))
-
-        zero = tf.zeros_like(good)
-        new_scale = tf.where(finite, tf.where(grow, grown, scale), tf.where(shrink, shrunk, scale))
-        new_good = tf.where(tf.logical_and(finite, tf.logical_not(grow)), good + 1, zero)
-        new_bad = tf.where(finite, tf.where(grow, zero, bad), tf.where(shrink, zero, bad + 1))
-        skipped_at_floor = tf.logical_and(tf.logical_not(finite), scale <= floor)
-        new_at_floor = tf.where(
-            skipped_at_floor, at_floor_before + 1, tf.zeros_like(at_floor_before)
+        new_scale, new_good, new_bad, new_at_floor = next_rule_state(
+            self._rule,
+            finite,
+            self._loss_scale.read_value(),
+            self._good_steps.read_value(),
+            self._bad_steps.read_value(),
+            self._skips_at_floor.read_value(),
         )
         new_skipped = self._count_skip(finite)
 
