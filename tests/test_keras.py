@@ -267,3 +267,22 @@ def test_bad_arguments_name_themselves(kwargs: dict, named: str) -> None:
 def test_a_tf1_optimizer_is_refused_with_the_way_out() -> None:
     with pytest.raises(ValueError, match="inner_optimizer.*NPULossScaleOptimizer"):
         LossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+
+
+def test_the_tf1_optimizer_points_keras_users_here() -> None:
+    from npu_lossscale import NPULossScaleOptimizer
+
+    manager = ExponentialUpdateLossScaleManager(2.0**10, 100)
+    with pytest.raises(ValueError, match="npu_lossscale.keras.LossScaleOptimizer"):
+        NPULossScaleOptimizer(keras.optimizers.SGD(0.1), manager)
+    # The README's TF2 loop with a Keras 3 model: refused before TensorFlow's '_unique_id' crash.
+    model = _probe()
+    opt = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), manager)
+    with tf.GradientTape() as tape:
+        loss = opt.get_scaled_loss(tf.reduce_sum(model(tf.ones((1, 1)))))
+    grads = opt.get_unscaled_gradients(tape.gradient(loss, model.trainable_variables))
+    with pytest.raises(TypeError, match="Keras 3 variable.*npu_lossscale.keras"):
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+    with pytest.raises(TypeError, match="npu_lossscale.keras"):
+        opt.compute_gradients(lambda: tf.reduce_sum(model(tf.ones((1, 1)))), model.weights)
+    assert model.weights[0].numpy()[0, 0] == 0.0

@@ -39,6 +39,31 @@ def _scale_loss(loss: Any, get_scale: Callable[[], tf.Tensor]) -> Any:
     return loss * tf.cast(get_scale(), loss.dtype)
 
 
+_KERAS_HINT = (
+    "for Keras 3 (tf.keras in TF 2.16+) use npu_lossscale.keras.LossScaleOptimizer, a Keras "
+    "optimizer with the same managers, rule and overflow modes "
+    "(LossScaleOptimizer.from_manager(keras_optimizer, manager))"
+)
+
+
+def _is_keras(obj: object) -> bool:
+    """A Keras 3 object, told by its class's module so this module never imports Keras."""
+    return any(cls.__module__.split(".")[0] == "keras" for cls in type(obj).__mro__)
+
+
+def _refuse_keras_variables(variables: Any) -> None:
+    """TF1 optimizers cannot update Keras 3 variables: they fail deep inside TensorFlow
+    ("'Variable' object has no attribute '_unique_id'"). Say so at once, with the way out."""
+    if variables is None or callable(variables):
+        return
+    for variable in tf.nest.flatten(variables):
+        if _is_keras(variable):
+            raise TypeError(
+                f"NPULossScaleOptimizer cannot train the Keras 3 variable {variable.path!r}: "
+                f"{_KERAS_HINT}"
+            )
+
+
 def _as_is_distributed(value: object) -> bool:
     """``value`` as a Python bool, for the flag ported scripts compute in several ways.
 
@@ -76,9 +101,10 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
         name: str = "NPULossScaleOptimizer",
     ) -> None:
         if not isinstance(opt, tf.compat.v1.train.Optimizer):
+            hint = f"; {_KERAS_HINT}" if _is_keras(opt) else ""
             raise ValueError(
                 "opt must be a tf.compat.v1.train.Optimizer (e.g. tf.compat.v1.train."
-                f"AdamOptimizer); got {opt!r}"
+                f"AdamOptimizer); got {opt!r}{hint}"
             )
         if not isinstance(loss_scale_manager, LossScaleManager):
             raise ValueError(
@@ -179,6 +205,7 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
         grad_loss: Any = None,
     ) -> list[tuple[Any, tf.Variable]]:
         """Gradients of ``loss * scale`` divided by the scale: true values, None kept as None."""
+        _refuse_keras_variables(var_list)
         scale = self._loss_scale_manager.get_loss_scale()
         hardware = None if callable(loss) else self._hardware_float_status()
         scaled_loss = _scale_loss(loss, lambda: scale)
@@ -278,6 +305,7 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
     ) -> Any:
         """Apply the gradients (and increment ``global_step``) only if the step is clean."""
         grads_and_vars = tuple(grads_and_vars)
+        _refuse_keras_variables([v for _, v in grads_and_vars])
         if tf.executing_eagerly():
             return self._apply(grads_and_vars, global_step, name)
         # Every TF1 optimizer lists its train op in the TRAIN_OP collection, which is how a graph
