@@ -85,7 +85,43 @@ def _tf_manager(init: float, hyper: dict, steps: list[bool]) -> list[tuple[float
     return states
 
 
-DRIVERS: dict[str, Driver] = {"core": _core, "tf": _tf_manager}
+def _keras(init: float, hyper: dict, steps: list[bool]) -> list[tuple[float, int]]:
+    """Real training steps of a tiny Keras model; an inf in the input makes a step overflow."""
+    import keras
+    import tensorflow as tf
+
+    from npu_lossscale.keras import LossScaleOptimizer
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, kernel_initializer="ones")])
+    opt = LossScaleOptimizer(
+        keras.optimizers.SGD(1e-6),
+        init,
+        hyper["incr_every_n_steps"],
+        decr_every_n_nan_or_inf=hyper["decr_every_n_nan_or_inf"],
+        incr_ratio=hyper["incr_ratio"],
+        decr_ratio=hyper["decr_ratio"],
+        min_loss_scale=hyper.get("min_loss_scale", 1.0),
+        max_loss_scale=hyper.get("max_loss_scale"),
+    )
+
+    @tf.function
+    def step(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        with tf.GradientTape() as tape:
+            loss = opt.scale_loss(tf.reduce_mean(tf.square(model(x) - 2.0)))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return opt.loss_scale, opt.skipped_steps
+
+    clean = tf.constant([[0.5, 0.5]] * 4)
+    poisoned = tf.constant([[float("inf"), 0.5]] + [[0.5, 0.5]] * 3)
+    states = []
+    for finite in steps:
+        scale, skipped = step(clean if finite else poisoned)
+        states.append((float(scale), int(skipped)))
+    return states
+
+
+DRIVERS: dict[str, Driver] = {"core": _core, "tf": _tf_manager, "keras": _keras}
 
 
 @pytest.mark.parametrize("trace", sorted(TRACES))

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
 from npu_lossscale.rule import DynamicRule, check_bool, check_scale
-from npu_lossscale.tf import gating, kernels
+from npu_lossscale.tf import distributed, gating, kernels
 
 # Graph names. 'loss_scale:0' is what the vendor FAQ's logging hook (and NVIDIA's BERT) fetches,
 # and there it is a float: tf.contrib's scale was a reference variable of that name. Ours is a
@@ -130,8 +130,9 @@ class LossScaleManager(tf.Module, abc.ABC):
     overflow_mode: OverflowMode
     enable_overflow_check: bool
 
-    def __init__(self, overflow_mode: OverflowMode | str) -> None:
+    def __init__(self, overflow_mode: OverflowMode | str, is_distributed: object = False) -> None:
         super().__init__(name=type(self).__name__)
+        self.is_distributed = check_bool("is_distributed", is_distributed)
         self.overflow_mode = resolve_overflow_mode(overflow_mode)
         self._skipped_steps = _state_variable(0, tf.int64, SKIPPED_STEPS_VAR_NAME)
 
@@ -144,12 +145,25 @@ class LossScaleManager(tf.Module, abc.ABC):
         log `loss_scaler()` (NVIDIA's BERT does), and a ported one must keep working."""
         return self.get_loss_scale()
 
-    @abc.abstractmethod
     def update_loss_scale(self, finite_grads: tf.Tensor | bool) -> tf.Operation | None:
-        """Record one step whose (all-reduced) gradients were finite or not.
+        """Record one step whose gradients were finite or not, as a script driving the manager
+        itself reports it (the vendor FAQ's loop). With ``is_distributed`` the flag is summed
+        over all workers first (tf.distribute, Horovod or HCCL, as the optimizer does), so every
+        worker moves its scale the same way.
 
         Graph mode returns the op to run with the train op; eagerly the update happens now.
         """
+        finite = _as_finite_flag(finite_grads)
+        if self.is_distributed:
+            overflowed = tf.cast(tf.logical_not(finite), tf.float32)
+            summed = distributed.resolve_reducer(None).all_reduce_sum(overflowed)
+            finite = tf.equal(summed, 0.0)
+        return self.update_with_agreed_flag(finite)
+
+    @abc.abstractmethod
+    def update_with_agreed_flag(self, finite: tf.Tensor) -> tf.Operation | None:
+        """Record one step whose flag every worker already agrees on (never reduced again):
+        what NPULossScaleOptimizer calls after its own reduction."""
 
     @property
     def skipped_steps(self) -> tf.Variable:
@@ -185,11 +199,12 @@ class FixedLossScaleManager(LossScaleManager):
         enable_overflow_check: bool = True,
         *,
         overflow_mode: OverflowMode | str = "auto",
+        is_distributed: bool = False,
     ) -> None:
         self._loss_scale_value = check_scale("loss_scale", loss_scale)
         if not isinstance(enable_overflow_check, bool):  # 0/1 are not accepted here, as before
             check_bool("enable_overflow_check", enable_overflow_check)
-        super().__init__(overflow_mode)
+        super().__init__(overflow_mode, is_distributed)
         self.enable_overflow_check = enable_overflow_check
         self._graph_scale = _scale_tensor_for_fetching(self._loss_scale_value)
 
@@ -198,8 +213,8 @@ class FixedLossScaleManager(LossScaleManager):
             return self._graph_scale
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
-    def update_loss_scale(self, finite_grads: tf.Tensor | bool) -> tf.Operation | None:
-        finite = _as_finite_flag(finite_grads)
+    def update_with_agreed_flag(self, finite: tf.Tensor) -> tf.Operation | None:
+        finite = _as_finite_flag(finite)
         return tf.group(self._skipped_steps.assign(self._count_skip(finite)))
 
 
@@ -224,6 +239,7 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         decr_ratio: float = 0.8,
         *,
         overflow_mode: OverflowMode | str = "auto",
+        is_distributed: bool = False,
         min_loss_scale: float = 1.0,
         max_loss_scale: float | None = None,
         max_skipped_steps_at_floor: int | None = None,
@@ -238,7 +254,7 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
             max_loss_scale=max_loss_scale,
             max_skipped_steps_at_floor=max_skipped_steps_at_floor,
         )
-        super().__init__(overflow_mode)
+        super().__init__(overflow_mode, is_distributed)
         self.enable_overflow_check = True
         self._loss_scale = _state_variable(init, tf.float32, SCALE_VAR_NAME)
         self._good_steps = _state_variable(0, tf.int32, GOOD_STEPS_VAR_NAME)
@@ -276,8 +292,8 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
             return self._graph_scale
         return self._loss_scale.read_value()
 
-    def update_loss_scale(self, finite_grads: tf.Tensor | bool) -> tf.Operation | None:
-        finite = _as_finite_flag(finite_grads)
+    def update_with_agreed_flag(self, finite: tf.Tensor) -> tf.Operation | None:
+        finite = _as_finite_flag(finite)
         ops = kernels.fused_ops() if gating.classic_graph() else None
         if ops is not None:
             # One graph node instead of about forty (kernels/loss_scale_update.cc), same result.

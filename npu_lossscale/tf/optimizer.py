@@ -95,7 +95,7 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
         self,
         opt: tf.compat.v1.train.Optimizer,
         loss_scale_manager: LossScaleManager,
-        is_distributed: bool = False,
+        is_distributed: bool | None = None,
         *,
         reducer: Any = None,
         name: str = "NPULossScaleOptimizer",
@@ -111,6 +111,10 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
                 "loss_scale_manager must be a FixedLossScaleManager or "
                 f"ExponentialUpdateLossScaleManager; got {loss_scale_manager!r}"
             )
+        # None: the manager's flag. The optimizer then reduces once and hands the manager the
+        # agreed flag (update_with_agreed_flag), so the manager never reduces it a second time.
+        if is_distributed is None:
+            is_distributed = loss_scale_manager.is_distributed
         is_distributed = _as_is_distributed(is_distributed)
         if reducer is not None:
             distributed.check_reducer_argument(reducer)
@@ -291,7 +295,7 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
             # The vendor's enable_overflow_check=False: every step is applied.
             applied = apply_fn()
             finite = tf.constant(True)
-        update = self._loss_scale_manager.update_loss_scale(finite)
+        update = self._loss_scale_manager.update_with_agreed_flag(finite)
         record = self._last_step_applied.assign(finite)
         if tf.executing_eagerly():
             return None
