@@ -1,11 +1,15 @@
 """The TF managers as the Keras front-end and ported TF2 scripts use them: called like
-TensorFlow's LossScale objects (`loss_scaler()`), eagerly and in a TF1 graph."""
+TensorFlow's LossScale objects (`loss_scaler()`), and carrying is_distributed (the multi-replica
+case runs in tests/test_keras_distributed.py)."""
 
 from __future__ import annotations
 
+import pytest
 import tensorflow as tf
 
+from npu_lossscale.tf.distributed import NoDistributedEngineError
 from npu_lossscale.tf.managers import ExponentialUpdateLossScaleManager, FixedLossScaleManager
+from npu_lossscale.tf.optimizer import NPULossScaleOptimizer
 
 
 def test_calling_a_manager_gives_its_loss_scale_eagerly() -> None:
@@ -26,3 +30,48 @@ def test_calling_a_manager_in_a_graph_fetches_the_same_tensor() -> None:
             session.run(tf.compat.v1.global_variables_initializer())
             session.run(update)
             assert session.run(manager()) == 64.0
+
+
+def test_is_distributed_is_keyword_only_and_checked() -> None:
+    assert FixedLossScaleManager(8).is_distributed is False
+    assert ExponentialUpdateLossScaleManager(8, 2, is_distributed=True).is_distributed is True
+    with pytest.raises(TypeError):
+        FixedLossScaleManager(8, True, "auto", True)  # type: ignore[misc]
+    with pytest.raises(ValueError, match="is_distributed"):
+        ExponentialUpdateLossScaleManager(8, 2, is_distributed="yes")
+
+
+def test_a_distributed_manager_without_an_engine_says_so() -> None:
+    manager = ExponentialUpdateLossScaleManager(8, 2, is_distributed=True)
+    with pytest.raises(NoDistributedEngineError):
+        manager.update_loss_scale(True)
+
+
+class CountingReducer:
+    """An engine of one worker that counts how often the flag is summed."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def all_reduce_sum(self, tensor: tf.Tensor) -> tf.Tensor:
+        self.calls += 1
+        return tensor
+
+
+def test_the_optimizer_inherits_the_managers_flag_and_reduces_once() -> None:
+    manager = ExponentialUpdateLossScaleManager(
+        2.0**4, 100, decr_every_n_nan_or_inf=1, decr_ratio=0.5, is_distributed=True
+    )
+    reducer = CountingReducer()
+    inner = tf.compat.v1.train.GradientDescentOptimizer(0.5)
+    opt = NPULossScaleOptimizer(inner, manager, reducer=reducer)
+    assert opt._is_distributed is True
+    assert NPULossScaleOptimizer(inner, manager, False)._is_distributed is False
+    weight = tf.Variable([1.0])
+    for value in (1.0, float("inf")):
+        opt.apply_gradients([(tf.constant([value]), weight)])
+    # One sum per step, by the optimizer; the manager, handed the agreed flag, adds none (with
+    # no engine active its own reduction would have raised NoDistributedEngineError).
+    assert reducer.calls == 2
+    assert weight.numpy()[0] == 0.5
+    assert (float(manager()), int(manager.skipped_steps)) == (8.0, 1)
