@@ -20,6 +20,7 @@ TOY_RUNS = {
     "overhead.py": ["--rounds", "2", "--steps", "1", "--layouts", "2", "--width", "16"],
     "distributed_overhead.py": ["--steps", "3", "--width", "8"],
     "migrate_speed.py": ["--files", "20"],
+    "keras_overhead.py": ["--rounds", "2", "--steps", "2", "--width", "8", "--depth", "1"],
 }
 # What each script must print, once per figure it reports. At toy sizes the overheads are noise,
 # so a ratio may come out negative: only its presence is checked.
@@ -27,6 +28,7 @@ EXPECTED_RATIOS = {
     "overhead.py": (r"ratio to TensorFlow's (\S+) \(95% interval \S+; per layout \S+ \S+\)", 6),
     "distributed_overhead.py": (r"ratio all-reduced / local: (\S+)", 1),
     "migrate_speed.py": (r"ratio ours / tf_upgrade_v2: (\S+)", 1),
+    "keras_overhead.py": (r"ratio ours-\S+ / keras overhead: (\S+)", 2),
 }
 
 
