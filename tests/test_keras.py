@@ -286,3 +286,24 @@ def test_the_tf1_optimizer_points_keras_users_here() -> None:
     with pytest.raises(TypeError, match="npu_lossscale.keras"):
         opt.compute_gradients(lambda: tf.reduce_sum(model(tf.ones((1, 1)))), model.weights)
     assert model.weights[0].numpy()[0, 0] == 0.0
+
+
+def test_the_readme_example_runs_as_written(tmp_path) -> None:
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### Keras and TF2", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert "model.fit(" in code
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    scale, skipped = re.fullmatch(r"loss scale (\S+) skipped steps (\d+)\n", result.stdout).groups()
+    assert int(skipped) < 16  # the first float16 steps may overflow at 2**15; the rest trained
+    restored = keras.models.load_model(tmp_path / "model.keras")
+    assert type(restored.optimizer) is LossScaleOptimizer
+    assert float(restored.optimizer.loss_scale) == float(scale) == 2.0**15 / 2 ** int(skipped)
