@@ -25,6 +25,7 @@ from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.horovod_sites import init_sites, name_init_sites
 from migrator.prefilter import might_need_migration
 from migrator.reexports import imported_from
+from migrator.triage import verdict, widen
 
 if TYPE_CHECKING:
     from migrator.codemods.global_step import GlobalStepFacts
@@ -271,6 +272,8 @@ def run(
             pending.append((source, data))
         else:
             outcomes.append(FileOutcome(source, "unchanged"))
+    pending, cleared = _triage(pending, add_loss_scale=config.add_loss_scale is not None)
+    outcomes += [FileOutcome(source, "unchanged") for source in cleared]
 
     if pending:
         from migrator.transform import MigrateOptions
@@ -297,6 +300,24 @@ def run(
     outcomes.sort(key=lambda o: o.path)
     _apply(outcomes, config, inputs)
     return RunResult(outcomes, time.perf_counter() - start, config.mode)
+
+
+def _triage(
+    pending: list[tuple[SourceFile, bytes]], *, add_loss_scale: bool
+) -> tuple[list[tuple[SourceFile, bytes]], list[SourceFile]]:
+    """Split the byte-admitted files into those the codemods must see and those they cannot touch.
+
+    See migrator.triage: an `ast` read of each file decides, then the files the global-step plan
+    needs beside the others are put back, so the plan sees what it would see without the triage.
+    """
+    verdicts = [verdict(d, add_loss_scale=add_loss_scale) for _, d in pending]
+    full = {s.display: d for (s, d), v in zip(pending, verdicts) if v == "full"}
+    rest = {s.display: (d, v == "step") for (s, d), v in zip(pending, verdicts) if v != "full"}
+    keep = full.keys() | widen(rest, full)
+    return (
+        [(s, d) for s, d in pending if s.display in keep],
+        [s for s, _ in pending if s.display not in keep],
+    )
 
 
 def _apply(outcomes: list[FileOutcome], config: RunConfig, inputs: Sequence[Path]) -> None:

@@ -1,0 +1,264 @@
+"""Which files the libcst codemods must see at all, decided from the standard library's `ast`.
+
+The byte pre-filter (migrator.prefilter) admits every file that *spells* a trigger anywhere, in a
+comment, a docstring or a flag name (`FLAGS.loss_scale`), and each admitted file then pays for a
+libcst parse plus scope metadata (~0.2 s on real files). `ast.parse` reads a file ten times faster,
+so this second gate looks at the identifiers the code really uses and clears the files the
+codemods cannot change or warn about. It is conservative: a file that does not parse, or uses any
+registered name, goes to the full pass, which stays the only judge of what changes.
+
+Extending it (other rewrites): add the name to ONE of the sets below, one line each.
+- `NAME_FRAGMENTS`: a part *containing* it, in an import of a `FRAMEWORKS` module or an attribute
+  chain read from a name such an import binds (`tf.keras.mixed_precision.X`, `torch.amp.X`).
+- `FRAMEWORK_PARTS`: the same, for a part *equal* to it (`amp`, `npu_bridge`).
+- `REEXPORTED_NAMES`: an API name imported from a module of the user's own, or read as its first
+  attribute (`from utils import LossScaleOptimizer`, `utils.LossScaleOptimizer`).
+- `FRAMEWORKS`: a new top-level package whose chains are read whole.
+- `STEP_NAMES` / `STEP_CALL_PREFIXES`: the global-step move's hand-made updates.
+- Options: `verdict(..., add_loss_scale=True)` admits every file the byte gate admits for
+  --add-loss-scale; a new option that widens what is ported must be wired the same way.
+Chains rooted at no import (`FLAGS.loss_scale`, `hparams.mixed_precision`) never count: the
+codemods resolve names through imports, so such a chain cannot mean an API.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import posixpath
+from typing import Literal
+
+from migrator.prefilter import might_need_loss_scale_added
+
+# In what an import of TensorFlow, Keras, torch or Horovod reaches (the import statement itself
+# and every attribute read from a name it binds), a part *containing* one of these is an API.
+NAME_FRAGMENTS: frozenset[str] = frozenset(
+    {
+        "LossScale",  # contrib/TF/Keras LossScaleOptimizer, managers, DynamicLossScale, npu's own
+        "mixed_precision",  # tf.contrib/tf.train.experimental/keras.mixed_precision modules
+        "loss_scale",  # tensorflow.python.training.experimental.loss_scale(_optimizer)
+        "GradScaler",  # torch.amp, torch.cuda.amp, torch_npu.npu.amp
+    }
+)
+# ...and a part *equal* to one of these.
+FRAMEWORK_PARTS: frozenset[str] = frozenset({"amp", "npu_bridge"})
+# In what any other import reaches (a module of the user's own: `from utils import X`, read to the
+# first attribute), a part *equal* to one of these: an API name re-exported under its own name.
+REEXPORTED_NAMES: frozenset[str] = frozenset(
+    {
+        "LossScaleOptimizer",
+        "MixedPrecisionLossScaleOptimizer",
+        "FixedLossScaleManager",
+        "ExponentialUpdateLossScaleManager",
+        "LossScaleManager",
+        "DynamicLossScale",
+        "FixedLossScale",
+        "LossScale",
+        "NPULossScaleOptimizer",
+        "GradScaler",
+        "mixed_precision",
+        "enable_mixed_precision_graph_rewrite",
+    }
+)
+# The global-step move: a file that names the step and calls an assign-like op.
+STEP_NAMES: tuple[str, ...] = ("global_step",)
+STEP_CALL_PREFIXES: tuple[str, ...] = ("assign",)
+
+# Top-level modules whose attribute chains are read whole (`tf.contrib.mixed_precision.X`); a chain
+# rooted at any other import is read to its first attribute only (`utils.LossScaleOptimizer`, a
+# re-export), and a chain rooted at no import (`FLAGS.loss_scale`, `hparams.mixed_precision`) not at
+# all: the codemods resolve names through imports, so such a chain can never mean an API.
+FRAMEWORKS: frozenset[str] = frozenset(
+    {"tensorflow", "keras", "tf_keras", "torch", "torch_npu", "horovod", "npu_bridge"}
+)
+
+
+class _Names(ast.NodeVisitor):
+    """The identifiers through which a module can reach an API, found the way imports bind them."""
+
+    def __init__(self) -> None:
+        self.imported: set[str] = set()  # every dotted part of every import statement
+        self.framework: set[str] = set()  # parts reached from framework imports
+        self.other: set[str] = set()  # parts reached from other imports
+        self.code: set[str] = set()  # every name and attribute (for star imports)
+        self.bound: dict[str, str] = {}  # name bound by an import -> the dotted module it means
+        self.star = False
+        self.dynamic = False  # getattr() on something under a `contrib` module
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            top = alias.name.split(".")[0]
+            self._parts(alias.name.split(".") + [alias.asname or top], top in FRAMEWORKS)
+            self.bound[alias.asname or top] = alias.name if alias.asname else top
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        framework = not node.level and module.split(".")[0] in FRAMEWORKS
+        self._parts(module.split("."), framework)
+        if node.level and not module:
+            self.imported.add("__init__")  # `from . import x`: the package's own __init__.py
+        for alias in node.names:
+            if alias.name == "*":
+                self.star = True
+                continue
+            self._parts([alias.name, alias.asname or alias.name], framework)
+            self.bound[alias.asname or alias.name] = (
+                f"{module}.{alias.name}" if framework else alias.name
+            )
+
+    def _parts(self, parts: list[str], framework: bool) -> None:
+        self.imported.update(parts)
+        (self.framework if framework else self.other).update(parts)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        self.code.add(node.id)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        chain, root = _chain(node)
+        self.code.update(chain)
+        if root is None:
+            self.visit(_innermost(node))  # a call's or subscript's own names
+            return
+        self.code.add(root)
+        module = self.bound.get(root)
+        if module is None:
+            return
+        if module.split(".")[0] in FRAMEWORKS:
+            self.framework.update(chain)
+        else:
+            self.other.add(chain[0])
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Name) and node.func.id == "getattr" and node.args:
+            target = node.args[0]
+            if isinstance(target, (ast.Name, ast.Attribute)):
+                chain, root = _chain(target) if isinstance(target, ast.Attribute) else ([], None)
+                if isinstance(target, ast.Name):
+                    root = target.id
+                dotted = [*self.bound.get(root or "", root or "").split("."), *chain]
+                self.dynamic |= "contrib" in dotted
+        self.generic_visit(node)
+
+
+def _chain(node: ast.Attribute) -> tuple[list[str], str | None]:
+    """The attributes of `a.b.c` from the first (`b`), and its root name (None: not a name)."""
+    chain = []
+    value: ast.expr = node
+    while isinstance(value, ast.Attribute):
+        chain.append(value.attr)
+        value = value.value
+    chain.reverse()
+    return chain, value.id if isinstance(value, ast.Name) else None
+
+
+def _innermost(node: ast.Attribute) -> ast.expr:
+    value: ast.expr = node
+    while isinstance(value, ast.Attribute):
+        value = value.value
+    return value
+
+
+def _names(tree: ast.AST) -> _Names:
+    found = _Names()
+    # Imports first, wherever they are (function-local ones too), so every chain sees its root.
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.visit(node)
+    found.visit(tree)
+    return found
+
+
+Verdict = Literal["full", "step", "clear"]
+
+
+def verdict(source: bytes, *, add_loss_scale: bool = False) -> Verdict:
+    """ "full": the codemods must see the file; "clear": they cannot change or report it on its own;
+    "step": it updates global_step by hand, which matters only beside the files they see.
+
+    Call it on files the byte pre-filter admitted; `widen` then puts back the cleared files the
+    global-step plan needs because of the others.
+    """
+    if add_loss_scale and might_need_loss_scale_added(source):
+        return "full"
+    found = _read(source)
+    if found is None or uses_loss_scale(found):
+        return "full"
+    return "step" if _uses_step(found) else "clear"
+
+
+@functools.lru_cache(maxsize=256)  # verdict() and widen() read the same files
+def _read(source: bytes) -> _Names | None:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError, MemoryError):
+        return None  # the full pass reports the failure in its own words
+    return _names(tree)
+
+
+def _has(names: set[str], fragments: frozenset[str]) -> bool:
+    return any(f in name for name in names for f in fragments)
+
+
+def uses_loss_scale(found: _Names) -> bool:
+    """Whether an import, or an attribute read from an imported name, names a loss-scale API."""
+    if found.dynamic:
+        return True
+    if found.star and _has(found.code, NAME_FRAGMENTS):
+        return True  # the names a star import binds are unknown here
+    if found.framework & FRAMEWORK_PARTS or found.other & REEXPORTED_NAMES:
+        return True
+    return _has(found.framework, NAME_FRAGMENTS)
+
+
+def _uses_step(found: _Names) -> bool:
+    names = found.code
+    return any(s in name for name in names for s in STEP_NAMES) and any(
+        name.startswith(STEP_CALL_PREFIXES) for name in names
+    )
+
+
+def imported_words(source: bytes) -> set[str]:
+    """Every dotted part of every module a file imports from (and of the names it imports).
+
+    The global-step plan resolves an optimizer class another file defines by the module path
+    that file imports; matching single words over-approximates that, cheaply.
+    """
+    found = _read(source)
+    return found.imported if found is not None else set()
+
+
+def module_words(path: str) -> set[str]:
+    """The words an import of this file ends with: its stem, or its folder (and `__init__`)."""
+    norm = path.replace("\\", "/")
+    stem = posixpath.splitext(posixpath.basename(norm))[0]
+    if stem == "__init__":
+        return {posixpath.basename(posixpath.dirname(norm)), stem}
+    return {stem}
+
+
+def widen(candidates: dict[str, tuple[bytes, bool]], full: dict[str, bytes]) -> set[str]:
+    """Which cleared or step-only files the global-step plan must see beside the `full` ones.
+
+    The plan resolves a function's optimizer class through the importing file's imports, so a
+    file some seen file may import is put back (with its class facts, and the fact that it was
+    processed); and a hand-made step update blocks the move of every class it shares, so a
+    `candidates` file flagged True (a step update) that may import a seen file is put back too.
+    Repeated until nothing changes. Both tests over-approximate by single words.
+    """
+    left = dict(candidates)
+    back: set[str] = set()
+    words: set[str] = set()
+    homes: set[str] = set()
+    new = full
+    while left and new:
+        for path, source in new.items():
+            words |= imported_words(source)
+            homes |= module_words(path)
+        found = [
+            path
+            for path, (source, step) in left.items()
+            if module_words(path) & words or (step and imported_words(source) & homes)
+        ]
+        new = {path: left.pop(path)[0] for path in found}
+        back.update(found)
+    return back
