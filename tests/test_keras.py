@@ -307,3 +307,24 @@ def test_the_readme_example_runs_as_written(tmp_path) -> None:
     restored = keras.models.load_model(tmp_path / "model.keras")
     assert type(restored.optimizer) is LossScaleOptimizer
     assert float(restored.optimizer.loss_scale) == float(scale) == 2.0**15 / 2 ** int(skipped)
+
+
+def test_from_manager_inherits_is_distributed_unless_given() -> None:
+    manager = ExponentialUpdateLossScaleManager(2.0**8, 10, is_distributed=True)
+    sgd = keras.optimizers.SGD(0.1)
+    assert LossScaleOptimizer.from_manager(sgd, manager).is_distributed is True
+    own = LossScaleOptimizer.from_manager(sgd, manager, is_distributed=False)
+    assert own.is_distributed is False
+    local = ExponentialUpdateLossScaleManager(2.0**8, 10)
+    assert LossScaleOptimizer.from_manager(sgd, local).is_distributed is None  # Keras's auto
+
+
+def test_is_distributed_true_without_an_engine_says_so() -> None:
+    from npu_lossscale.tf.distributed import NoDistributedEngineError
+
+    model = _mlp()
+    model.compile(
+        optimizer=LossScaleOptimizer(keras.optimizers.SGD(0.1), is_distributed=True), loss="mse"
+    )
+    with pytest.raises(NoDistributedEngineError, match="no distributed engine"):
+        model.fit(X[:8], Y[:8], batch_size=8, verbose=0)
