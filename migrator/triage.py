@@ -60,6 +60,9 @@ REEXPORTED_NAMES: frozenset[str] = frozenset(
         "enable_mixed_precision_graph_rewrite",
     }
 )
+# The global-step plan never looks for these packages among the user's files (a class it reaches
+# through them is TensorFlow's own), so their imports tie no two files together.
+PLAN_BUILTINS: frozenset[str] = frozenset({"tensorflow", "keras"})
 # The global-step move: a file that names the step and calls an assign-like op.
 STEP_NAMES: tuple[str, ...] = ("global_step",)
 STEP_CALL_PREFIXES: tuple[str, ...] = ("assign",)
@@ -77,7 +80,7 @@ class _Names(ast.NodeVisitor):
     """The identifiers through which a module can reach an API, found the way imports bind them."""
 
     def __init__(self) -> None:
-        self.imported: set[str] = set()  # every dotted part of every import statement
+        self.imported: set[str] = set()  # dotted parts of imports the plan may resolve to files
         self.framework: set[str] = set()  # parts reached from framework imports
         self.other: set[str] = set()  # parts reached from other imports
         self.code: set[str] = set()  # every name and attribute (for star imports)
@@ -101,13 +104,15 @@ class _Names(ast.NodeVisitor):
             if alias.name == "*":
                 self.star = True
                 continue
-            self._parts([alias.name, alias.asname or alias.name], framework)
+            parts = [alias.name, alias.asname or alias.name]
+            self._parts([module.split(".")[0], *parts] if module else parts, framework)
             self.bound[alias.asname or alias.name] = (
                 f"{module}.{alias.name}" if framework else alias.name
             )
 
     def _parts(self, parts: list[str], framework: bool) -> None:
-        self.imported.update(parts)
+        if parts[0] not in PLAN_BUILTINS:
+            self.imported.update(parts)
         (self.framework if framework else self.other).update(parts)
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -218,7 +223,8 @@ def _uses_step(found: _Names) -> bool:
 
 
 def imported_words(source: bytes) -> set[str]:
-    """Every dotted part of every module a file imports from (and of the names it imports).
+    """The dotted parts of the modules a file imports from (and of the names it imports),
+    except TensorFlow's and Keras's, which the plan never resolves to a file.
 
     The global-step plan resolves an optimizer class another file defines by the module path
     that file imports; matching single words over-approximates that, cheaply.
