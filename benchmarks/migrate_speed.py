@@ -230,12 +230,18 @@ def generate_tree(root: Path, files: int, seed: int) -> tuple[int, int]:
     return files, lines
 
 
-def count_candidates(tree: Path) -> int:
-    """Files the CLI will parse; the rest cost it only a read and a byte scan."""
+def count_candidates(tree: Path) -> tuple[int, int]:
+    """Files passing the byte pre-filter, and of those the files the CLI parses with libcst (what
+    the ast triage keeps); the rest cost it only a read and a byte scan."""
     sys.path.insert(0, str(REPO))
+    from migrator.files import SourceFile
     from migrator.prefilter import might_need_migration
+    from migrator.runner import _triage
 
-    return sum(might_need_migration(p.read_bytes()) for p in tree.rglob("*.py"))
+    sources = [(SourceFile(p, str(p)), p.read_bytes()) for p in sorted(tree.rglob("*.py"))]
+    admitted = [(s, d) for s, d in sources if might_need_migration(d)]
+    parsed, _ = _triage(admitted, add_loss_scale=False)
+    return len(admitted), len(parsed)
 
 
 def ours_command(tree: Path, jobs: int | None) -> list[str]:
@@ -285,10 +291,10 @@ def main() -> None:
         else:
             tree = Path(tmp) / "tree"
             files, lines = generate_tree(tree, args.files, args.seed)
-        candidates = count_candidates(tree)
+        candidates, parsed = count_candidates(tree)
         print(
-            f"tree: {files} files, {lines} lines, {candidates} pass the byte pre-filter "
-            f"({env_note})"
+            f"tree: {files} files, {lines} lines, {candidates} pass the byte pre-filter, "
+            f"{parsed} of them the ast triage ({env_note}; load {os.getloadavg()[0]:.2f})"
         )
 
         help_times = [timed([*ours_command(tree, None)[:1], "--help"], (0,)) for _ in range(5)]
