@@ -328,3 +328,30 @@ def test_is_distributed_true_without_an_engine_says_so() -> None:
     )
     with pytest.raises(NoDistributedEngineError, match="no distributed engine"):
         model.fit(X[:8], Y[:8], batch_size=8, verbose=0)
+
+
+@pytest.mark.parametrize("scale", [1.0, 100.0, 2.0**15])
+def test_saturation_check_decides_as_the_tf1_check(scale: float) -> None:
+    from npu_lossscale.keras.overflow import saturation_status
+    from npu_lossscale.modes import OverflowMode
+    from npu_lossscale.tf.overflow import overflow_status
+
+    small = tf.fill([300, 300], 1.0)  # its sum of squares alone passes the TF1 fast bound
+    cases = [
+        [small, tf.constant([65503.0 / scale])],
+        [small, tf.constant([65504.0 / scale])],
+        [small, tf.constant([-65504.0 / scale])],
+        [small, tf.constant([np.nan])],
+        [tf.constant([np.inf]), None],
+        [tf.constant([1e20]), small],  # finite, but its square overflows float32
+        [tf.constant([3e4, -7e4], tf.float16), small],
+        [tf.IndexedSlices(tf.constant([[70000.0]]), tf.constant([0]), tf.constant([5, 1]))],
+        [None],
+    ]
+    for grads in cases:
+        got = float(saturation_status(grads, scale))
+        want = float(overflow_status(grads, OverflowMode.SATURATION, scale))
+        assert got == want, (grads, scale)
+    if scale == 1.0:  # by hand: 65503 clean, 65504 either sign saturated, and so on
+        decided = [float(saturation_status(g, 1.0)) for g in cases]
+        assert decided == [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
