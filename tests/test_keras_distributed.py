@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 WORKER = Path(__file__).parent / "workers" / "keras_mirrored_worker.py"
@@ -51,6 +52,9 @@ def _check_one_decision(steps: list[dict]) -> None:
         for name in ("scale", "skipped", "iterations"):
             assert step[name][0] == step[name][1], name
     assert clean["scale"] == [1024.0, 1024.0] and clean["iterations"] == [1, 1]
+    # The clean step is the one the bare optimizer takes, from every replica's own gradients.
+    for per_replica, bare in zip(clean["weights"], clean["bare_weights"]):
+        np.testing.assert_allclose(per_replica, bare, rtol=1e-6, atol=0)
     # The overflow seen by one replica skipped the step on both: nothing moved.
     assert overflowed["weights"] == clean["weights"] and overflowed["slots"] == clean["slots"]
     assert overflowed["scale"] == [512.0, 512.0] and overflowed["skipped"] == [1, 1]

@@ -243,19 +243,22 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
         # The inner optimizer sums the gradients with a merge_call, which a cond in replica
         # context cannot contain; so branch once in cross-replica context, as Keras does, on a
-        # flag that is already the same on every replica.
-        def cross_replica(strategy: tf.distribute.Strategy, finite: Any) -> None:
+        # flag that is already the same on every replica. The gradients travel as merge_call
+        # arguments, which makes them per-replica values: each replica applies its own.
+        def cross_replica(
+            strategy: tf.distribute.Strategy, finite: Any, grads: Any, variables: Any
+        ) -> None:
             agreed = strategy.experimental_local_results(finite)[0]
 
             def apply_on_every_replica() -> None:
                 strategy.extended.call_for_each_replica(
-                    self._apply_inner, args=(grads, trainable_variables, grads_unscaled)
+                    self._apply_inner, args=(grads, variables, grads_unscaled)
                 )
 
             tf.cond(agreed, apply_on_every_replica, lambda: None)
             self._update_scale(agreed)
 
-        context.merge_call(cross_replica, args=(finite,))
+        context.merge_call(cross_replica, args=(finite, grads, trainable_variables))
 
     def _common_apply(self, grads: list[Any], trainable_variables: list[Any] | None = None) -> None:
         self._tf_apply(grads, trainable_variables)

@@ -61,11 +61,19 @@ def fit_scenario(mode: str, poisoned_replica: int) -> list[dict]:
     for x in (X, poisoned, X):
         model.fit(x, Y, batch_size=8, shuffle=False, verbose=0)
         seen.append(_observe(strategy, model, opt))
+    # The same first step with the bare inner optimizer: the scale is a power of two, so the
+    # clean step must land on exactly these weights (each replica's own gradients, summed).
+    with strategy.scope():
+        bare = _model()
+        bare.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    bare.fit(X, Y, batch_size=8, shuffle=False, verbose=0)
+    seen[0]["bare_weights"] = [_per_replica(strategy, v.value) for v in bare.weights]
     return seen
 
 
 def custom_loop_scenario(poisoned_replica: int) -> list[dict]:
-    """strategy.run of a tf.function step; the replica with the given id sees inf."""
+    """strategy.run of a tf.function step; the replica with the given id sees inf. Each
+    replica trains on its own half of the batch, so a mix-up of gradients would show."""
     strategy = tf.distribute.MirroredStrategy(DEVICES)
     with strategy.scope():
         model = _model()
@@ -75,9 +83,11 @@ def custom_loop_scenario(poisoned_replica: int) -> list[dict]:
 
     def replica_step(poison: tf.Tensor) -> None:
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-        x = tf.constant(X[:4]) * tf.where(tf.equal(replica, poisoned_replica), poison, 1.0)
+        half = tf.reshape(tf.gather(tf.reshape(tf.constant(X), [2, 4, 4]), replica), [4, 4])
+        target = tf.reshape(tf.gather(tf.reshape(tf.constant(Y), [2, 4, 1]), replica), [4, 1])
+        x = half * tf.where(tf.equal(replica, poisoned_replica), poison, 1.0)
         with tf.GradientTape() as tape:
-            loss = opt.scale_loss(tf.reduce_mean(tf.square(model(x) - Y[:4])))
+            loss = opt.scale_loss(tf.reduce_mean(tf.square(model(x) - target)))
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
 
@@ -89,6 +99,16 @@ def custom_loop_scenario(poisoned_replica: int) -> list[dict]:
     for poison in (1.0, np.inf, 1.0):
         step(tf.constant(poison, tf.float32))
         seen.append(_observe(strategy, model, opt))
+    # By hand, on one device: SGD on the sum of the two halves' gradients (the replicas' sum).
+    reference = _model()
+    with tf.GradientTape() as tape:
+        halves = [tf.reduce_mean(tf.square(reference(X[i : i + 4]) - Y[i : i + 4])) for i in (0, 4)]
+        total = halves[0] + halves[1]
+    grads = tape.gradient(total, reference.trainable_variables)
+    seen[0]["bare_weights"] = [
+        [(v.numpy() - np.float32(0.1) * g.numpy()).tolist()] * 2
+        for v, g in zip(reference.trainable_variables, grads)
+    ]
     return seen
 
 
