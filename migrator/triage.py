@@ -80,7 +80,7 @@ class _Names(ast.NodeVisitor):
     """The identifiers through which a module can reach an API, found the way imports bind them."""
 
     def __init__(self) -> None:
-        self.imported: set[str] = set()  # dotted parts of imports the plan may resolve to files
+        self.modules: set[str] = set()  # modules a class reference may name (plan resolution)
         self.framework: set[str] = set()  # parts reached from framework imports
         self.other: set[str] = set()  # parts reached from other imports
         self.code: set[str] = set()  # every name and attribute (for star imports)
@@ -93,27 +93,30 @@ class _Names(ast.NodeVisitor):
             top = alias.name.split(".")[0]
             self._parts(alias.name.split(".") + [alias.asname or top], top in FRAMEWORKS)
             self.bound[alias.asname or top] = alias.name if alias.asname else top
+            self._module(alias.name)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
         framework = not node.level and module.split(".")[0] in FRAMEWORKS
         self._parts(module.split("."), framework)
-        if node.level and not module:
-            self.imported.add("__init__")  # `from . import x`: the package's own __init__.py
         for alias in node.names:
             if alias.name == "*":
                 self.star = True
                 continue
             parts = [alias.name, alias.asname or alias.name]
             self._parts([module.split(".")[0], *parts] if module else parts, framework)
-            self.bound[alias.asname or alias.name] = (
-                f"{module}.{alias.name}" if framework else alias.name
-            )
+            dots = "." * node.level
+            full = f"{dots}{module}.{alias.name}" if module else f"{dots}{alias.name}"
+            self.bound[alias.asname or alias.name] = full
+            self._module(f"{dots}{module}" if module else dots)
+            self._module(full)
 
     def _parts(self, parts: list[str], framework: bool) -> None:
-        if parts[0] not in PLAN_BUILTINS:
-            self.imported.update(parts)
         (self.framework if framework else self.other).update(parts)
+
+    def _module(self, dotted: str) -> None:
+        if dotted.strip(".") and dotted.split(".")[0] not in PLAN_BUILTINS:
+            self.modules.add(dotted)
 
     def visit_Name(self, node: ast.Name) -> None:
         self.code.add(node.id)
@@ -132,6 +135,8 @@ class _Names(ast.NodeVisitor):
             self.framework.update(chain)
         else:
             self.other.add(chain[0])
+        for end in range(len(chain)):  # `pkg.mod.Class`: the class's module is any prefix
+            self._module(".".join([module, *chain[:end]]))
 
     def visit_Call(self, node: ast.Call) -> None:
         if isinstance(node.func, ast.Name) and node.func.id == "getattr" and node.args:
@@ -222,49 +227,73 @@ def _uses_step(found: _Names) -> bool:
     )
 
 
-def imported_words(source: bytes) -> set[str]:
-    """The dotted parts of the modules a file imports from (and of the names it imports),
-    except TensorFlow's and Keras's, which the plan never resolves to a file.
+def _norm(path: str) -> str:
+    return posixpath.normpath(path.replace("\\", "/"))
 
-    The global-step plan resolves an optimizer class another file defines by the module path
-    that file imports; matching single words over-approximates that, cheaply.
+
+def resolve(module: str, importer: str, paths: set[str]) -> set[str]:
+    """The files of `paths` the global-step plan may take `module` (imported by `importer`) for.
+
+    Mirrors the plan's own resolution (a relative module from the importer's folder; else a
+    sibling file, else every file whose path ends with the module's path), so that a file it
+    would find among all admitted files is found here too.
     """
+    level = len(module) - len(module.lstrip("."))
+    parts = module.lstrip(".").split(".") if module.strip(".") else []
+    here = posixpath.dirname(importer)
+    if level:
+        base = here
+        for _ in range(level - 1):
+            base = posixpath.dirname(base)
+        found = {
+            _norm(posixpath.join(base, *parts) + ".py"),
+            _norm(posixpath.join(base, *parts, "__init__.py")),
+        }
+        return found & paths
+    sibling = _norm(posixpath.join(here, *parts) + ".py")
+    if sibling in paths:
+        return {sibling}
+    tails = ("/".join(parts) + ".py", "/".join([*parts, "__init__.py"]))
+    ends = tuple("/" + t for t in tails)
+    return {p for p in paths if p in tails or p.endswith(ends)}
+
+
+def _targets(source: bytes, importer: str, paths: set[str]) -> set[str]:
     found = _read(source)
-    return found.imported if found is not None else set()
-
-
-def module_words(path: str) -> set[str]:
-    """The words an import of this file ends with: its stem, or its folder (and `__init__`)."""
-    norm = path.replace("\\", "/")
-    stem = posixpath.splitext(posixpath.basename(norm))[0]
-    if stem == "__init__":
-        return {posixpath.basename(posixpath.dirname(norm)), stem}
-    return {stem}
+    if found is None:
+        return set()
+    out: set[str] = set()
+    for module in found.modules:
+        out |= resolve(module, importer, paths)
+    return out
 
 
 def widen(candidates: dict[str, tuple[bytes, bool]], full: dict[str, bytes]) -> set[str]:
     """Which cleared or step-only files the global-step plan must see beside the `full` ones.
 
     The plan resolves a function's optimizer class through the importing file's imports, so a
-    file some seen file may import is put back (with its class facts, and the fact that it was
+    file a seen file may import is put back (with its class facts, and the fact that it was
     processed); and a hand-made step update blocks the move of every class it shares, so a
     `candidates` file flagged True (a step update) that may import a seen file is put back too.
-    Repeated until nothing changes. Both tests over-approximate by single words.
+    Repeated until nothing changes. Paths are compared as the plan compares them.
     """
-    left = dict(candidates)
+    left = {_norm(p): (p, *v) for p, v in candidates.items()}
+    seen = {_norm(p): d for p, d in full.items()}
+    paths = left.keys() | seen.keys()
     back: set[str] = set()
-    words: set[str] = set()
-    homes: set[str] = set()
-    new = full
+    new = dict(seen)
     while left and new:
+        reached: set[str] = set()
         for path, source in new.items():
-            words |= imported_words(source)
-            homes |= module_words(path)
-        found = [
-            path
-            for path, (source, step) in left.items()
-            if module_words(path) & words or (step and imported_words(source) & homes)
-        ]
-        new = {path: left.pop(path)[0] for path in found}
-        back.update(found)
+            reached |= _targets(source, path, paths)
+        found = {p for p in left if p in reached}
+        found |= {
+            p
+            for p, (_, source, step) in left.items()
+            if step and _targets(source, p, paths) & seen.keys()
+        }
+        popped = {p: left.pop(p) for p in found}
+        new = {p: source for p, (_, source, _) in popped.items()}
+        seen.update(new)
+        back.update(original for original, _, _ in popped.values())
     return back
