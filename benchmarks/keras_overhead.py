@@ -9,6 +9,7 @@ our overhead as a multiple of Keras's (the targets: at most 1.0x in INF_NAN mode
 saturation mode).
 
 Usage: python benchmarks/keras_overhead.py [--rounds N] [--steps N] [--width W] [--depth D]
+                                          [--threads T]
 """
 
 from __future__ import annotations
@@ -56,11 +57,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
     parser.add_argument("--steps", type=int, default=200, help="training steps per fit")
-    parser.add_argument("--width", type=int, default=256, help="units per hidden layer")
-    parser.add_argument("--depth", type=int, default=4, help="hidden layers")
+    parser.add_argument("--width", type=int, default=64, help="units per hidden layer")
+    parser.add_argument("--depth", type=int, default=2, help="hidden layers")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="TensorFlow op threads (0: its default)"
+    )
     args = parser.parse_args()
-    if min(args.rounds, args.steps, args.width, args.depth) < 1:
-        parser.error("--rounds, --steps, --width and --depth must be positive")
+    if min(args.rounds, args.steps, args.width, args.depth) < 1 or args.threads < 0:
+        parser.error("--rounds, --steps, --width and --depth must be positive, --threads >= 0")
+    # One thread per op by default: on a shared machine, thread scheduling is the largest noise.
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH * args.steps, args.width)).astype(np.float32)

@@ -331,8 +331,8 @@ def test_is_distributed_true_without_an_engine_says_so() -> None:
 
 
 @pytest.mark.parametrize("scale", [1.0, 100.0, 2.0**15])
-def test_saturation_check_decides_as_the_tf1_check(scale: float) -> None:
-    from npu_lossscale.keras.overflow import saturation_status
+def test_the_check_decides_as_the_tf1_check(scale: float) -> None:
+    from npu_lossscale.keras.overflow import local_finite
     from npu_lossscale.modes import OverflowMode
     from npu_lossscale.tf.overflow import overflow_status
 
@@ -348,10 +348,10 @@ def test_saturation_check_decides_as_the_tf1_check(scale: float) -> None:
         [tf.IndexedSlices(tf.constant([[70000.0]]), tf.constant([0]), tf.constant([5, 1]))],
         [None],
     ]
-    for grads in cases:
-        got = float(saturation_status(grads, scale))
-        want = float(overflow_status(grads, OverflowMode.SATURATION, scale))
-        assert got == want, (grads, scale)
+    for mode in (OverflowMode.SATURATION, OverflowMode.INF_NAN):
+        for grads in cases:
+            got = 0.0 if bool(local_finite(grads, mode, scale)) else 1.0
+            assert got == float(overflow_status(grads, mode, scale)), (mode, grads, scale)
     if scale == 1.0:  # by hand: 65503 clean, 65504 either sign saturated, and so on
-        decided = [float(saturation_status(g, 1.0)) for g in cases]
+        decided = [0.0 if local_finite(g, OverflowMode.SATURATION, 1.0) else 1.0 for g in cases]
         assert decided == [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]

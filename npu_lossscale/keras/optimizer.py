@@ -254,9 +254,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 strategy.extended.call_for_each_replica(
                     self._apply_inner, args=(grads, variables, grads_unscaled)
                 )
+                self._update_scale(finite=True)
 
-            tf.cond(agreed, apply_on_every_replica, lambda: None)
-            self._update_scale(agreed)
+            tf.cond(agreed, apply_on_every_replica, lambda: self._update_scale(finite=False))
 
         context.merge_call(cross_replica, args=(finite, grads, trainable_variables))
 
@@ -266,8 +266,11 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def _apply_or_skip(
         self, finite: tf.Tensor, grads: list[Any], variables: Any, grads_unscaled: bool
     ) -> None:
-        tf.cond(finite, lambda: self._apply_inner(grads, variables, grads_unscaled), lambda: None)
-        self._update_scale(finite)
+        def apply() -> None:
+            self._apply_inner(grads, variables, grads_unscaled)
+            self._update_scale(finite=True)
+
+        tf.cond(finite, apply, lambda: self._update_scale(finite=False))
 
     def _apply_inner(self, grads: list[Any], variables: Any, grads_unscaled: bool) -> None:
         if not grads_unscaled:
@@ -281,13 +284,17 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             ]
         self.inner_optimizer.apply(grads, trainable_variables=variables)
 
-    def _update_scale(self, finite: tf.Tensor) -> None:
-        """Move the scale by the rule, count the skip, and stop a run stuck at the floor."""
-        read = tf.convert_to_tensor
-        skipped = read(self._skipped.value)
-        self._skipped.assign(skipped + tf.cast(tf.logical_not(finite), tf.int64))
+    def _update_scale(self, finite: bool) -> None:
+        """Move the scale by the rule, count the skip, and stop a run stuck at the floor.
+
+        Called inside the apply or the skip branch, where ``finite`` is known: only that side of
+        the rule is built, which keeps the per-step graph about as small as Keras's own.
+        """
+        if not finite:
+            self._skipped.assign_add(tf.constant(1, tf.int64))
         if not self.dynamic:
             return
+        read = tf.convert_to_tensor
         scale, good, bad, at_floor = next_rule_state(
             self._rule,
             finite,
@@ -301,7 +308,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         self.bad_steps.assign(bad)
         self.skips_at_floor.assign(at_floor)
         limit = self._rule.max_skipped_steps_at_floor
-        if limit is None:
+        if finite or limit is None:
             return
         message = self._rule.stuck_message(self.overflow_mode.value)
         if tf.executing_eagerly():

@@ -88,7 +88,7 @@ def _reusable_here(shared: tf.Tensor | None) -> bool:
 
 def next_rule_state(
     rule: DynamicRule,
-    finite: tf.Tensor,
+    finite: tf.Tensor | bool,
     scale: tf.Tensor,
     good: tf.Tensor,
     bad: tf.Tensor,
@@ -98,25 +98,43 @@ def next_rule_state(
 
     Branch-free (tf.where only) because it runs every step, in TF1 graphs, eagerly, inside
     tf.function and in a replica or cross-replica context alike; the TF managers and the Keras
-    optimizer both assign its results to their own variables. max_loss_scale clamps increases to
-    the cap (the scale reaches it exactly) rather than refusing the step that would pass it.
+    optimizer both assign its results to their own variables. ``finite`` may be a Python bool
+    where the caller already branched (the Keras optimizer, inside its apply/skip cond): then
+    only that side's ops are built. max_loss_scale clamps increases to the cap (the scale
+    reaches it exactly) rather than refusing the step that would pass it.
     """
-    grow = good + 1 >= rule.incr_every_n_steps
-    grown = scale * tf.constant(rule.incr_ratio, tf.float32)
-    if rule.max_loss_scale is None:
-        grown = tf.where(tf.math.is_finite(grown), grown, scale)
-    else:
-        grown = tf.minimum(grown, tf.constant(rule.max_loss_scale, tf.float32))
-    shrink = bad + 1 >= rule.decr_every_n_nan_or_inf
-    floor = tf.constant(rule.min_loss_scale, tf.float32)
-    shrunk = tf.maximum(floor, scale * tf.constant(rule.decr_ratio, tf.float32))
-
     zero = tf.zeros_like(good)
-    new_scale = tf.where(finite, tf.where(grow, grown, scale), tf.where(shrink, shrunk, scale))
-    new_good = tf.where(tf.logical_and(finite, tf.logical_not(grow)), good + 1, zero)
-    new_bad = tf.where(finite, tf.where(grow, zero, bad), tf.where(shrink, zero, bad + 1))
-    skipped_at_floor = tf.logical_and(tf.logical_not(finite), scale <= floor)
-    new_at_floor = tf.where(skipped_at_floor, at_floor + 1, tf.zeros_like(at_floor))
+    no_floor_skips = tf.zeros_like(at_floor)
+    floor = tf.constant(rule.min_loss_scale, tf.float32)
+
+    def after_clean() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        grow = good + 1 >= rule.incr_every_n_steps
+        grown = scale * tf.constant(rule.incr_ratio, tf.float32)
+        if rule.max_loss_scale is None:
+            grown = tf.where(tf.math.is_finite(grown), grown, scale)
+        else:
+            grown = tf.minimum(grown, tf.constant(rule.max_loss_scale, tf.float32))
+        return (
+            tf.where(grow, grown, scale),
+            tf.where(grow, zero, good + 1),
+            tf.where(grow, zero, bad),
+        )
+
+    def after_overflow() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        shrink = bad + 1 >= rule.decr_every_n_nan_or_inf
+        shrunk = tf.maximum(floor, scale * tf.constant(rule.decr_ratio, tf.float32))
+        return tf.where(shrink, shrunk, scale), zero, tf.where(shrink, zero, bad + 1)
+
+    def floor_skips() -> tf.Tensor:  # after an overflow: one more if it ran at the floor
+        return tf.where(scale <= floor, at_floor + 1, no_floor_skips)
+
+    if isinstance(finite, bool):
+        new_scale, new_good, new_bad = after_clean() if finite else after_overflow()
+        new_at_floor = no_floor_skips if finite else floor_skips()
+    else:
+        clean, overflowed = after_clean(), after_overflow()
+        new_scale, new_good, new_bad = (tf.where(finite, c, o) for c, o in zip(clean, overflowed))
+        new_at_floor = tf.where(finite, no_floor_skips, floor_skips())
     return new_scale, new_good, new_bad, new_at_floor
 
 
