@@ -294,19 +294,25 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             self._skipped.assign_add(tf.constant(1, tf.int64))
         if not self.dynamic:
             return
+        # With the defaults (back off on every overflow, no stuck guard) the bad-step count is
+        # always 0 and the floor count unused: neither is read nor written then.
         read = tf.convert_to_tensor
+        track_bad = self._rule.decr_every_n_nan_or_inf > 1
+        track_floor = self._rule.max_skipped_steps_at_floor is not None
         scale, good, bad, at_floor = next_rule_state(
             self._rule,
             finite,
             read(self.dynamic_scale.value),
             read(self.step_counter.value),
-            read(self.bad_steps.value),
-            read(self.skips_at_floor.value),
+            read(self.bad_steps.value) if track_bad else tf.constant(0, tf.int32),
+            read(self.skips_at_floor.value) if track_floor else tf.constant(0, tf.int64),
         )
         self.dynamic_scale.assign(scale)
         self.step_counter.assign(good)
-        self.bad_steps.assign(bad)
-        self.skips_at_floor.assign(at_floor)
+        if track_bad:
+            self.bad_steps.assign(bad)
+        if track_floor:
+            self.skips_at_floor.assign(at_floor)
         limit = self._rule.max_skipped_steps_at_floor
         if finite or limit is None:
             return
