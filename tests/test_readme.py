@@ -40,14 +40,16 @@ def test_the_readme_has_python_blocks() -> None:
 
 
 @pytest.mark.parametrize(("line", "paragraph", "code"), BLOCKS, ids=[f"L{b[0]}" for b in BLOCKS])
-def test_block_runs_or_says_what_it_needs(line: int, paragraph: str, code: str) -> None:
+def test_block_runs_or_says_what_it_needs(
+    line: int, paragraph: str, code: str, tmp_path: Path
+) -> None:
     ast.parse(code)  # every block is valid Python
     if re.search(r"\bneeds?\b", paragraph):
         return  # a fragment of a user's script, and the README says of what
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     done = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=ROOT,
+        cwd=tmp_path,  # whatever the example writes (a saved model) lands there
         env=env,
         capture_output=True,
         text=True,
