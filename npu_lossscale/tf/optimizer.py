@@ -64,6 +64,17 @@ def _refuse_keras_variables(variables: Any) -> None:
             )
 
 
+class _ManagersFlag:
+    """Default of is_distributed: take the manager's (False unless the manager was built with
+    is_distributed=True). A sentinel rather than None so that None stays a mistake, as before."""
+
+    def __repr__(self) -> str:
+        return "<the loss scale manager's is_distributed>"
+
+
+_MANAGERS_FLAG = _ManagersFlag()
+
+
 def _as_is_distributed(value: object) -> bool:
     """``value`` as a Python bool, for the flag ported scripts compute in several ways.
 
@@ -95,7 +106,7 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
         self,
         opt: tf.compat.v1.train.Optimizer,
         loss_scale_manager: LossScaleManager,
-        is_distributed: bool | None = None,
+        is_distributed: bool | _ManagersFlag = _MANAGERS_FLAG,
         *,
         reducer: Any = None,
         name: str = "NPULossScaleOptimizer",
@@ -111,9 +122,9 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
                 "loss_scale_manager must be a FixedLossScaleManager or "
                 f"ExponentialUpdateLossScaleManager; got {loss_scale_manager!r}"
             )
-        # None: the manager's flag. The optimizer then reduces once and hands the manager the
-        # agreed flag (update_with_agreed_flag), so the manager never reduces it a second time.
-        if is_distributed is None:
+        # By default the manager's flag. The optimizer then reduces once and hands the manager
+        # the agreed flag (update_with_agreed_flag), so the manager never reduces it again.
+        if is_distributed is _MANAGERS_FLAG:
             is_distributed = loss_scale_manager.is_distributed
         is_distributed = _as_is_distributed(is_distributed)
         if reducer is not None:
