@@ -299,22 +299,42 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         read = tf.convert_to_tensor
         track_bad = self._rule.decr_every_n_nan_or_inf > 1
         track_floor = self._rule.max_skipped_steps_at_floor is not None
-        scale, good, bad, at_floor = next_rule_state(
-            self._rule,
-            finite,
-            read(self.dynamic_scale.value),
-            read(self.step_counter.value),
-            read(self.bad_steps.value) if track_bad else tf.constant(0, tf.int32),
-            read(self.skips_at_floor.value) if track_floor else tf.constant(0, tf.int64),
-        )
-        self.dynamic_scale.assign(scale)
-        self.step_counter.assign(good)
-        if track_bad:
-            self.bad_steps.assign(bad)
-        if track_floor:
-            self.skips_at_floor.assign(at_floor)
+
+        def move() -> tf.Tensor:
+            scale, good, bad, at_floor = next_rule_state(
+                self._rule,
+                finite,
+                read(self.dynamic_scale.value),
+                read(self.step_counter.value),
+                read(self.bad_steps.value) if track_bad else tf.constant(0, tf.int32),
+                read(self.skips_at_floor.value) if track_floor else tf.constant(0, tf.int64),
+            )
+            self.dynamic_scale.assign(scale)
+            self.step_counter.assign(good)
+            if track_bad:
+                self.bad_steps.assign(bad)
+            if track_floor:
+                self.skips_at_floor.assign(at_floor)
+            return at_floor
+
+        if finite:
+            # Most clean steps only count (the rule's good += 1, nothing else moves); the whole
+            # rule runs on the step that grows the scale. Keras's own optimizer branches alike.
+            if track_floor:
+                self.skips_at_floor.assign(tf.constant(0, tf.int64))
+            growing = read(self.step_counter.value) + 1 >= self._rule.incr_every_n_steps
+
+            def grow() -> None:
+                move()
+
+            def count() -> None:
+                self.step_counter.assign_add(1)
+
+            tf.cond(growing, grow, count)
+            return
+        at_floor = move()
         limit = self._rule.max_skipped_steps_at_floor
-        if finite or limit is None:
+        if limit is None:
             return
         message = self._rule.stuck_message(self.overflow_mode.value)
         if tf.executing_eagerly():
