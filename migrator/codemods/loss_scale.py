@@ -585,8 +585,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if flavour == "keras":
             return (
                 f"`{_code(inner)}` is a Keras optimizer, which the tf.compat.v1 "
-                f"{api.OPTIMIZER} rejects (ValueError at start-up); npu_lossscale has no Keras "
-                "loss-scale optimizer yet, so port it by hand"
+                f"{api.OPTIMIZER} rejects (ValueError at start-up); port it by hand to "
+                "npu_lossscale.keras.LossScaleOptimizer"
             )
         if flavour is None and self._uses_keras:
             self._warn(
