@@ -55,8 +55,17 @@ def main() -> None:
     print("Review first: the diff npu-migrate proposes (nothing is written yet).", flush=True)
     run(python, "-m", "migrator", "--no-color", rel)
     report = build / "report.md"
-    run(python, "-m", "migrator", "--write", "--report", str(report.relative_to(ROOT)),
-        "--report", str((build / "report.json").relative_to(ROOT)), rel)
+    run(
+        python,
+        "-m",
+        "migrator",
+        "--write",
+        "--report",
+        str(report.relative_to(ROOT)),
+        "--report",
+        str((build / "report.json").relative_to(ROOT)),
+        rel,
+    )
     print(report.read_text(encoding="utf-8"), flush=True)
     print("A second run finds nothing left to port:", flush=True)
     run(python, "-m", "migrator", "--check", rel)
