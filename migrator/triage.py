@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import io
 import posixpath
+import tokenize
 from typing import Literal
 
 from migrator.prefilter import might_need_loss_scale_added
@@ -199,8 +201,10 @@ def verdict(source: bytes, *, add_loss_scale: bool = False) -> Verdict:
 @functools.lru_cache(maxsize=256)  # verdict() and widen() read the same files
 def _read(source: bytes) -> _Names | None:
     try:
+        # ast.parse takes undecodable bytes that libcst refuses: check the decoding as it will.
+        source.decode(tokenize.detect_encoding(io.BytesIO(source).readline)[0])
         tree = ast.parse(source)
-    except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError, MemoryError):
+    except (SyntaxError, ValueError, UnicodeDecodeError, LookupError, RecursionError, MemoryError):
         return None  # the full pass reports the failure in its own words
     return _names(tree)
 

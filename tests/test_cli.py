@@ -454,7 +454,9 @@ def _run_on_terminals(args: list[str], cwd: Path) -> tuple[int, str, str]:
 
 
 def test_terminal_gets_colour_and_a_progress_bar(tmp_path: Path) -> None:
-    files = {f"m{i:03d}.py": NOTHING_TO_PORT for i in range(60)}
+    # Files the codemods must read (they name a loss-scale class) but do not change.
+    seen = b"import npu_lossscale\n\nmanager = npu_lossscale.FixedLossScaleManager(8)\n"
+    files = {f"m{i:03d}.py": seen for i in range(60)}
     files["train.py"] = PORTABLE
     make_tree(tmp_path, files)
     code, out, err = _run_on_terminals([".", "--jobs", "1"], tmp_path)
