@@ -11,8 +11,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# torch is installed by its exact version first: that takes the CPU build where one is on hand (pip's
+# find-links) instead of the registry's newest build with its CUDA packages; the `[torch]` extra's
+# range then accepts it as it is.
+TORCH_PIN ?= torch==2.13.0
+
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet '$(TORCH_PIN)'
+	$(PY) -m pip install --quiet -e '.[dev,tensorflow,torch]'
 	touch $(STAMP)
 
 install: $(STAMP)

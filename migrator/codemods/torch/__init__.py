@@ -1,0 +1,1 @@
+"""Codemods that port torch.amp scripts (being written)."""

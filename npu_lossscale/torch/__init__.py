@@ -1,0 +1,1 @@
+"""PyTorch front-end of npu_lossscale (being written)."""
