@@ -75,7 +75,8 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(m_trim_threshold, 2**30)) and bool(mallopt(m_mmap_threshold, 2**25))
 
 
-def _model(width: int, depth: int) -> torch.nn.Module:
+def mlp(width: int, depth: int) -> torch.nn.Module:
+    """``depth`` ReLU layers of ``width`` units and a 10-class head, the same weights every time."""
     torch.manual_seed(0)
     layers: list[torch.nn.Module] = []
     for _ in range(depth):
@@ -101,8 +102,8 @@ class Loop:
     training goes on as one run whichever scaler takes the step.
     """
 
-    def __init__(self, width: int, depth: int, batch: int) -> None:
-        self.model = _model(width, depth)
+    def __init__(self, model: torch.nn.Module, width: int, batch: int) -> None:
+        self.model = model
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
         generator = torch.Generator().manual_seed(1)
         self.inputs = torch.randn(batch, width, generator=generator)
@@ -190,7 +191,7 @@ def main() -> None:
     malloc = "glibc defaults"
     if not args.system_malloc:
         malloc = "freed memory kept" if keep_freed_memory() else "not glibc: allocator as it is"
-    loop = Loop(args.width, args.depth, args.batch)
+    loop = Loop(mlp(args.width, args.depth), args.width, args.batch)
     params = sum(p.numel() for p in loop.model.parameters())
     scalers = {v: _scaler(v) for v in VARIANTS}
     for scaler in scalers.values():  # first-step allocations (Adam's state) outside the timing
