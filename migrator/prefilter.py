@@ -15,11 +15,14 @@ LOSS_SCALE_TRIGGERS: tuple[bytes, ...] = (
     b"enable_mixed_precision_graph_rewrite",
 )
 
+# Every PyTorch gradient scaler the torch port rewrites or reports is spelled with this.
+TORCH_TRIGGERS: tuple[bytes, ...] = (b"GradScaler",)
+
 # A file defining an optimizer class matters to the global-step move even when it mentions no
 # loss scaling.
 GLOBAL_STEP_TRIGGERS: tuple[bytes, ...] = (b"def apply_gradients",)
 
-_TRIGGERS = (*LOSS_SCALE_TRIGGERS, *GLOBAL_STEP_TRIGGERS)
+_TRIGGERS = (*LOSS_SCALE_TRIGGERS, *TORCH_TRIGGERS, *GLOBAL_STEP_TRIGGERS)
 
 # With --add-loss-scale, a file that trains with an optimizer matters even without loss scaling.
 ADD_LOSS_SCALE_TRIGGERS: tuple[bytes, ...] = (b"Optimizer", b"optimizer")
@@ -43,6 +46,11 @@ def might_need_loss_scale_added(source: bytes) -> bool:
 def might_need_loss_scale_port(source: bytes) -> bool:
     """False => the loss-scale port can find nothing to rewrite or report in this file."""
     return any(t in source for t in LOSS_SCALE_TRIGGERS) or _dynamic_contrib(source)
+
+
+def might_need_torch_port(source: bytes) -> bool:
+    """False => the torch port can find no GradScaler to rewrite or report in this file."""
+    return any(t in source for t in TORCH_TRIGGERS)
 
 
 def _dynamic_contrib(source: bytes) -> bool:

@@ -17,12 +17,17 @@ from typing import Literal
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from migrator import source_errors
+from migrator import slicing, source_errors
 from migrator.codemods import add_loss_scale, global_step
 from migrator.codemods.add_loss_scale_choice import manager_call
-from migrator.codemods.port import LOSS_SCALE_METADATA, port_loss_scale
+from migrator.codemods.port import (
+    LOSS_SCALE_METADATA,
+    TORCH_METADATA,
+    port_loss_scale,
+    port_torch,
+)
 from migrator.findings import Finding, MigrationResult, SourceError
-from migrator.prefilter import might_need_loss_scale_port
+from migrator.prefilter import might_need_loss_scale_port, might_need_torch_port
 from migrator.prefilter import might_need_migration as might_need_migration  # the CLI's contract
 
 Distributed = Literal["auto", "always", "never"]
@@ -89,6 +94,9 @@ class PreparedFile:
     # bytes and `added` what the addition did (lines of `original`).
     original: bytes | None = None
     added: tuple[Finding, ...] = ()
+    # A long file is ported through a view of the statements that can matter (migrator.slicing):
+    # `source` and `ported` are then the view's, and `finish` puts the result back in the file.
+    view: slicing.View | None = None
 
 
 def scan_source(source: bytes, *, path: str) -> global_step.GlobalStepFacts | None:
@@ -115,33 +123,67 @@ def prepare_source(
     *,
     path: str,
     options: MigrateOptions = MigrateOptions(),  # noqa: B008 - frozen, so sharing it is safe
+    whole: bool = False,
 ) -> PreparedFile:
-    """Scan for the plan and port the loss-scale APIs in one pass; raises SourceError."""
+    """Scan for the plan and port the loss-scale APIs in one pass; raises SourceError.
+
+    A long file is ported through its view (migrator.slicing) unless `whole` is set, or the
+    global-step move or --add-loss-scale has business in it: their cross-file facts carry lines.
+    """
+    if not whole and options.add_loss_scale is None and b"global_step" not in source:
+        view = slicing.view_of(source)
+        if view is not None:
+            prepared = _prepare(view.source, path, options)
+            facts = prepared.facts
+            if not (facts.classes or facts.functions or facts.unscaled_steps):
+                lines = tuple(view.line(n) for n in facts.loss_scale_lines)
+                facts = dataclasses.replace(facts, loss_scale_lines=lines)
+                return dataclasses.replace(prepared, facts=facts, view=view)
+    return _prepare(source, path, options)
+
+
+def _prepare(source: bytes, path: str, options: MigrateOptions) -> PreparedFile:
     if options.add_loss_scale is not None:
         added_source, added = _add_loss_scale(source, path, options.add_loss_scale)
         if added:
-            prepared = prepare_source(
-                added_source, path=path, options=dataclasses.replace(options, add_loss_scale=None)
-            )
+            without = dataclasses.replace(options, add_loss_scale=None)
+            prepared = _prepare(added_source, path, without)
             return dataclasses.replace(prepared, original=source, added=tuple(added))
     # The tree was just parsed, so no node appears twice in it and nobody else holds it: the
     # defensive deep copy MetadataWrapper makes by default would only cost time.
     wrapper = MetadataWrapper(parse(source), unsafe_skip_copy=True)
-    port_needed = might_need_loss_scale_port(source)
     # libcst resolves metadata in rounds and walks the whole tree once per round, even a round
-    # with nothing to walk for; asking for what both codemods need at once saves those walks.
+    # with nothing to walk for; asking for what every codemod needs at once saves those walks.
     wanted = set(global_step.metadata_needed(source))
-    if port_needed:
+    if might_need_loss_scale_port(source):
         wanted.update(LOSS_SCALE_METADATA)
+    if might_need_torch_port(source):
+        wanted.update(TORCH_METADATA)
     wrapper.resolve_many(wanted)
     facts = global_step.scan(wrapper, path, source=source)
-    if not port_needed:
-        ported = MigrationResult(path=path, old_source=source, new_source=source, findings=[])
-    else:
-        module, findings = port_loss_scale(wrapper, path, options.distributed, options.reexports)
-        new = module.bytes if any(f.kind == "change" for f in findings) else source
-        ported = MigrationResult(path=path, old_source=source, new_source=new, findings=findings)
+    module, findings = _port(wrapper, source, path, options)
+    new = module.bytes if any(f.kind == "change" for f in findings) else source
+    ported = MigrationResult(path=path, old_source=source, new_source=new, findings=findings)
     return PreparedFile(path, source, facts, ported)
+
+
+def _port(
+    wrapper: MetadataWrapper, source: bytes, path: str, options: MigrateOptions
+) -> tuple[cst.Module, list[Finding]]:
+    """The TensorFlow loss-scale port, then the PyTorch one over what it left, each run only
+    where the bytes can hold what it looks for; findings carry lines of `wrapper.module`."""
+    module, findings = wrapper.module, []
+    if might_need_loss_scale_port(source):
+        module, findings = port_loss_scale(wrapper, path, options.distributed, options.reexports)
+    if not might_need_torch_port(source):
+        return module, findings
+    if not any(f.kind == "change" for f in findings):
+        module, torch_findings = port_torch(wrapper, path)
+        return module, [*findings, *torch_findings]
+    # Rare (one file using both frameworks' scalers): a second resolution on the ported tree.
+    ported, torch_findings = port_torch(MetadataWrapper(module), path)
+    mapped = _map_lines(torch_findings, wrapper.module.code, module.code)
+    return ported, [*findings, *mapped]
 
 
 def is_cheap_to_finish(prepared: PreparedFile, plan: ProjectPlan) -> bool:
@@ -151,6 +193,15 @@ def is_cheap_to_finish(prepared: PreparedFile, plan: ProjectPlan) -> bool:
 
 def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> MigrationResult:
     """Combine a prepared file with the project plan into the file's final result."""
+    if prepared.view is not None:
+        result = finish(dataclasses.replace(prepared, view=None), plan, options)
+        expanded = prepared.view.expand(result)
+        if expanded is not None:
+            return expanded
+        whole = prepare_source(
+            prepared.view.original, path=prepared.path, options=options, whole=True
+        )
+        return finish(whole, plan, options)
     step_plan = _step_plan(prepared, plan)
     if global_step.touches(step_plan, prepared.path):
         result = _migrate_moved(prepared.source, prepared.path, options, step_plan)
@@ -213,11 +264,7 @@ def _migrate_moved(
     """
     original = parse(source)
     moved, findings = global_step.rewrite(MetadataWrapper(original), path, plan)
-    ported, port_findings = moved, []
-    if might_need_loss_scale_port(source):
-        ported, port_findings = port_loss_scale(
-            MetadataWrapper(moved), path, options.distributed, options.reexports
-        )
+    ported, port_findings = _port(MetadataWrapper(moved), source, path, options)
     if port_findings:
         port_findings = _map_lines(port_findings, original.code, moved.code)
     findings = _sorted([*findings, *port_findings])

@@ -1,4 +1,4 @@
-"""The loss-scale port as one step: analyse the original tree, then rewrite it."""
+"""The ports as one step each: analyse the original tree, then rewrite it."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from libcst.metadata import MetadataWrapper
 from migrator.codemods.loss_scale import LossScaleAnalyzer
 from migrator.codemods.parents import ParentProvider
 from migrator.codemods.rewriter import PlanRewriter
+from migrator.codemods.torch.analysis import TorchScalerAnalyzer
+from migrator.codemods.torch.rewrite import TorchRewriter
 from migrator.findings import Finding
 
 # The metadata the port resolves on the wrapper it is given.
 LOSS_SCALE_METADATA = LossScaleAnalyzer.get_inherited_dependencies()
+TORCH_METADATA = TorchScalerAnalyzer.get_inherited_dependencies()
 
 
 def port_loss_scale(
@@ -28,3 +31,13 @@ def port_loss_scale(
     parents = wrapper.resolve(ParentProvider)
     rewriter = PlanRewriter(analyzer.edits, analyzer.imports, analyzer.names, parents)
     return wrapper.module.visit(rewriter), analyzer.findings
+
+
+def port_torch(wrapper: MetadataWrapper, path: str) -> tuple[cst.Module, list[Finding]]:
+    """Rewrite torch's GradScaler uses in one file; returns the new tree and the findings."""
+    analyzer = TorchScalerAnalyzer(path)
+    wrapper.visit(analyzer)
+    if not analyzer.plan:
+        return wrapper.module, analyzer.findings
+    parents = wrapper.resolve(ParentProvider)
+    return wrapper.module.visit(TorchRewriter(analyzer.plan, parents)), analyzer.findings

@@ -1,0 +1,457 @@
+"""Find every use of a PyTorch gradient scaler in a file and decide, use by use, how it is ported.
+
+The analysis only reads the original tree (with scope metadata) and produces a `TorchPlan` plus
+findings; `rewrite.py` applies the plan. A use is ported where the result provably means the same:
+
+- a constructor call, arguments mapped onto npu_lossscale.torch.GradScaler's signature;
+- `torch.cuda.amp.GradScaler` (or torch.cpu.amp's) in a type annotation or as the class tested by
+  isinstance()/issubclass(): the ported class is a torch.amp.GradScaler, not a torch.cuda.amp
+  one, so these follow it (a `torch.amp.GradScaler` there stays true and stays as written).
+
+Anything else (the class passed or stored as a value, subclassed, called with *args/**kwargs, a
+name bound to two things) is left as it is and reported. A file already on torch-npu's own scaler
+is left byte-identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+from libcst.metadata import Assignment, QualifiedNameSource, Scope, ScopeProvider
+
+from migrator.codemods import arguments as shared_args
+from migrator.codemods.lines import LineProvider, start_line
+from migrator.codemods.parents import ParentProvider
+from migrator.codemods.qualified import qualified_names
+from migrator.codemods.torch import names
+from migrator.codemods.torch.arguments import Builder, builder
+from migrator.codemods.torch.imports import Conflict, ImportSite, plan_imports
+from migrator.codemods.torch.names import Kind
+from migrator.findings import Finding
+
+RULE = "torch-grad-scaler"
+NPU_RULE = "torch-npu"
+DEVICE_RULE = "torch-device"
+IMPORT_RULE = "torch-import"
+
+_TRANSFER_NOTE = (
+    "only the scaler was ported: device strings ('cuda', .cuda(), .to('cuda')) and autocast stay "
+    "as written; on Ascend, torch-npu maps them to the NPU when the entry script starts with "
+    "`import torch_npu` and `from torch_npu.contrib import transfer_to_npu`"
+)
+
+
+@dataclasses.dataclass
+class TorchPlan:
+    """Everything the rewriter changes, keyed by nodes of the original tree."""
+
+    calls: dict[cst.Call, Builder] = dataclasses.field(default_factory=dict)
+    refs: dict[cst.CSTNode, str] = dataclasses.field(default_factory=dict)  # -> dotted name
+    # import statement -> indexes of its aliases to delete
+    removals: dict[cst.CSTNode, set[int]] = dataclasses.field(default_factory=dict)
+    # statement -> import lines to add after it (in its place when all of it is removed)
+    after: dict[cst.SimpleStatementLine, list[str]] = dataclasses.field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.calls or self.refs)
+
+
+@dataclasses.dataclass
+class _Binding:
+    """One alias of an import statement that the port may drop."""
+
+    node: cst.Import | cst.ImportFrom
+    index: int
+    bound: str  # the local name
+    qualified: str
+
+
+class TorchScalerAnalyzer(cst.CSTVisitor):
+    """Walks the original tree once; `leave_Module` turns what it saw into a plan and findings."""
+
+    METADATA_DEPENDENCIES = (ScopeProvider, ParentProvider, LineProvider)
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+        self.plan = TorchPlan()
+        self.findings: list[Finding] = []
+        self._sites: list[ImportSite] = []
+        self._consumed: set[int] = set()  # ids of the root names of rewritten references
+        self._bindings: list[_Binding] = []
+        self._npu: list[tuple[cst.CSTNode, str]] = []  # torch-npu scaler uses (node, what)
+        self._transfer = False  # the file imports torch-npu's transfer_to_npu
+        self._star: str | None = None  # a torch amp module imported with `*`
+        self._star_warned = False
+        self._roots: set[str] = set()
+
+    # ----------------------------------------------------------------- helpers
+    def line(self, node: cst.CSTNode) -> int:
+        return start_line(self, node)
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.get_metadata(ParentProvider, node, None)
+
+    def scope(self, node: cst.CSTNode) -> Scope | None:
+        return self.get_metadata(ScopeProvider, node, None)
+
+    def _warn(self, node: cst.CSTNode, message: str, rule: str = RULE) -> None:
+        self.findings.append(Finding(self.path, self.line(node), rule, message, "warning"))
+
+    def _change(self, node: cst.CSTNode, message: str, rule: str = RULE) -> None:
+        self.findings.append(Finding(self.path, self.line(node), rule, message, "change"))
+
+    # ----------------------------------------------------------------- imports
+    def visit_Module(self, node: cst.Module) -> bool:
+        self._roots, star = _torch_roots(node)
+        return bool(self._roots) or star
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for index, alias in enumerate(node.names):
+            dotted = _dotted(alias.name)
+            if alias.asname is not None:
+                local = _dotted(alias.asname.name)
+                self._binding(node, index, local, dotted)
+            self._transfer |= names.is_transfer_to_npu(dotted)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if node.relative or node.module is None:
+            return False
+        module = _dotted(node.module)
+        if isinstance(node.names, cst.ImportStar):
+            if module in names.AMP_MODULES:
+                self._star = module
+            return False
+        for index, alias in enumerate(node.names):
+            full = f"{module}.{_dotted(alias.name)}"
+            local = _dotted(alias.asname.name) if alias.asname else _dotted(alias.name)
+            self._binding(node, index, local, full)
+            self._transfer |= names.is_transfer_to_npu(full)
+        return False
+
+    def _binding(
+        self, node: cst.Import | cst.ImportFrom, index: int, local: str, full: str
+    ) -> None:
+        if names.is_removable_binding(full):
+            self._bindings.append(_Binding(node, index, local, full))
+
+    # ----------------------------------------------------------------- references
+    def visit_Name(self, node: cst.Name) -> bool:
+        if self._star is not None and node.value == names.CLASS and not self._star_warned:
+            self._star_warned = True
+            self._warn(
+                node,
+                f"`from {self._star} import *` binds `{names.CLASS}` where the tool cannot see "
+                f"it; import it explicitly and run again, or port it to {names.PORTED} by hand",
+            )
+        self._reference(node)
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return self._reference(node)
+
+    def _reference(self, node: cst.Name | cst.Attribute) -> bool:
+        """Handle a maximal dotted reference; returns whether to look inside it."""
+        root = _root(node)
+        if root is None:
+            return True  # `GradScaler(...).scale`: an attribute of a value, look at the call
+        if root.value not in self._roots:
+            return False  # not reached through a torch import: cannot be torch's scaler
+        resolved = qualified_names(self, node)
+        found = [q.name for q in resolved if q.source is QualifiedNameSource.IMPORT]
+        related = [n for n in found if names.classify(n) or names.scaler_prefix(n)]
+        if not related:
+            return False
+        if len(resolved) > 1:
+            self._warn(
+                node,
+                f"`{_code(node)}` is bound to more than one thing here (a try/except import?), "
+                f"so the tool cannot tell which scaler it is; port it to {names.PORTED} by hand",
+            )
+            return False
+        (name,) = related
+        kind = names.classify(name)
+        if kind is None:
+            self._warn(
+                node,
+                f"`{_code(node)}` reaches into torch's {names.scaler_prefix(name)}; left as it "
+                f"is, check it still fits {names.PORTED}",
+            )
+        elif kind is Kind.NPU:
+            self._npu.append((node, _code(node)))
+        elif kind is Kind.SHARDED:
+            self._warn(
+                node,
+                f"`{_code(node)}` (FSDP's sharded scaler) has no npu_lossscale counterpart; left "
+                "as it is",
+            )
+        else:
+            self._use(node, kind, name)
+        return False
+
+    def _use(self, node: cst.Name | cst.Attribute, kind: Kind, name: str) -> None:
+        parent = self.parent(node)
+        if isinstance(parent, cst.Call) and parent.func is node:
+            self._constructor(node, parent, kind)
+            return
+        subclass = self._subclass(node)
+        if subclass is not None:
+            self._warn(
+                subclass,
+                f"class {subclass.name.value} subclasses `{_code(node)}`; left unchanged: "
+                f"rebase it on {names.PORTED} by hand and check what it overrides (the ported "
+                "class keeps its own overflow check and state)",
+            )
+            return
+        where = self._type_position(node)
+        if where is None:
+            self._warn(
+                node,
+                f"`{_code(node)}` is used as a value (passed, stored or returned), not "
+                "constructed; what it builds elsewhere stays torch's CUDA scaler: port it by hand",
+            )
+        elif kind is not Kind.AMP:  # the ported class is a torch.amp.GradScaler already
+            self._rewrite(node, None)
+            self._change(node, f"`{_code(node)}` {where} -> {names.PORTED}")
+
+    def _constructor(self, node: cst.Name | cst.Attribute, call: cst.Call, kind: Kind) -> None:
+        params = names.AMP_PARAMS if kind is Kind.AMP else names.DEVICE_FREE_PARAMS
+        bound = shared_args.bind(call, params)
+        what = f"`{_code(node)}(...)`"
+        if isinstance(bound, str):
+            self._warn(
+                call,
+                f"{what} left unchanged: {bound}; port it to {names.PORTED} by hand (it takes "
+                "torch.amp.GradScaler's parameters, device first)",
+            )
+            return
+        drop, details, device_warning = None, [], None
+        if kind is Kind.AMP and "device" in bound:
+            value = call.args[bound["device"]].value
+            text = shared_args.string_value(value)
+            if text is not None and text.split(":")[0] == "npu":
+                self._npu.append((call, f"{_code(node)}({_code(value)})"))
+                return
+            if text is not None and text.split(":")[0] == "cuda":
+                drop = "device"
+                details.append(f"device {text!r} dropped: device='auto' picks the NPU")
+            else:
+                details.append(f"device `{_code(value)}` kept")
+                if text != "cpu":
+                    device_warning = (
+                        f"the scaler's device `{_code(value)}` was kept: on Ascend it must be "
+                        "'npu' (or drop it: device='auto' picks the NPU)"
+                    )
+        elif kind is Kind.CPU:
+            details.append("device='cpu' kept")
+        else:
+            details.append("device='auto' (the NPU) instead of CUDA")
+        by_name = kind is not Kind.AMP or drop is not None
+        positional = [p for p, i in sorted(bound.items(), key=lambda x: x[1])]
+        positional = [p for p in positional if call.args[bound[p]].keyword is None]
+        if by_name and [p for p in positional if p != drop]:
+            named = ", ".join(p for p in positional if p != drop)
+            details.append(f"positional arguments passed by name ({named})")
+        add_device = "cpu" if kind is Kind.CPU else None
+        self.plan.calls[call] = builder(
+            bound, params, drop=drop, by_name=by_name, add_device=add_device
+        )
+        self._rewrite(node, call)
+        self._change(call, f"{what} -> {names.PORTED}(...), settings kept; {'; '.join(details)}")
+        if device_warning is not None:
+            self._warn(call, device_warning, DEVICE_RULE)
+
+    def _rewrite(self, node: cst.Name | cst.Attribute, call: cst.Call | None) -> None:
+        root = _root(node)
+        assert root is not None
+        self._consumed.add(id(root))
+        provider = self._provider(root)
+        self._sites.append(ImportSite(node, call, provider, self.scope(node)))
+
+    def _provider(self, root: cst.Name) -> Assignment | None:
+        """The import that binds the root name of a reference."""
+        scope = self.scope(root)
+        if scope is None:
+            return None
+        for access in scope.accesses:
+            if access.node is root:
+                referents = list(access.referents)
+                if len(referents) == 1 and isinstance(referents[0], Assignment):
+                    return referents[0]
+        return None
+
+    def _subclass(self, node: cst.CSTNode) -> cst.ClassDef | None:
+        arg = self.parent(node)
+        cls = self.parent(arg) if isinstance(arg, cst.Arg) else None
+        return cls if isinstance(cls, cst.ClassDef) and arg in cls.bases else None
+
+    def _type_position(self, node: cst.CSTNode) -> str | None:
+        """'in a type annotation' / 'in isinstance()': where the class is only compared."""
+        current = node
+        while True:
+            up = self.parent(current)
+            if up is None or isinstance(up, (cst.BaseStatement, cst.BaseSmallStatement)):
+                break
+            if isinstance(up, cst.Annotation):
+                return "in a type annotation"
+            current = up
+        up = self.parent(node)
+        while isinstance(up, cst.Element) and isinstance(self.parent(up), cst.Tuple):
+            up = self.parent(self.parent(up))
+        call = self.parent(up) if isinstance(up, cst.Arg) else None
+        if not isinstance(call, cst.Call) or len(call.args) != 2 or call.args[1] is not up:
+            return None
+        test = {q.name for q in qualified_names(self, call.func)}
+        for builtin in ("isinstance", "issubclass"):
+            if test == {f"builtins.{builtin}"}:
+                return f"in {builtin}()"
+        return None
+
+    # ----------------------------------------------------------------- decisions
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if self._npu:
+            self._leave_npu_file()
+            return
+        self._unused_imports()
+        if not self.plan:
+            return
+        for binding in self._bindings:
+            refs = self._references(binding)
+            if refs and all(id(r) in self._consumed for r in refs):
+                self.plan.removals.setdefault(binding.node, set()).add(binding.index)
+        try:
+            anchors = plan_imports(self._sites, self.plan, self._removed_names(), self.parent)
+        except Conflict as conflict:
+            self.findings = [f for f in self.findings if f.kind != "change"]
+            self._warn(conflict.node, f"nothing was changed: {conflict.reason}", "name-conflict")
+            self.plan = TorchPlan()
+            return
+        self._report_imports(anchors)
+        if not self._transfer:
+            first = min(f.line for f in self.findings if f.kind == "change" and f.rule == RULE)
+            self.findings.append(Finding(self.path, first, DEVICE_RULE, _TRANSFER_NOTE, "warning"))
+
+    def _report_imports(self, anchors: list[cst.SimpleStatementLine]) -> None:
+        """One change per import statement touched, on its line."""
+        replaced = set()
+        for statement in anchors:
+            lines = " and ".join(f"`{line}`" for line in self.plan.after[statement])
+            if all(self._all_removed(small) for small in statement.body):
+                replaced.add(statement)
+                self._change(statement, f"this import becomes {lines}", IMPORT_RULE)
+            else:
+                self._change(statement, f"adds {lines} after this statement", IMPORT_RULE)
+        for node, gone in self.plan.removals.items():
+            if self.parent(node) in replaced:
+                continue
+            if self._all_removed(node):
+                self._change(node, "removed this import: every use was ported", IMPORT_RULE)
+            else:
+                aliases = node.names if isinstance(node.names, (list, tuple)) else ()
+                dropped = ", ".join(_code(aliases[i].name) for i in sorted(gone))
+                self._change(
+                    node, f"drops `{dropped}` from this import: every use was ported", IMPORT_RULE
+                )
+
+    def _all_removed(self, small: cst.CSTNode) -> bool:
+        aliases = getattr(small, "names", None)
+        gone = self.plan.removals.get(small, set())
+        return isinstance(aliases, (list, tuple)) and len(gone) == len(aliases)
+
+    def _references(self, binding: _Binding) -> list[cst.CSTNode]:
+        scope = self.scope(binding.node)
+        if scope is None:
+            return []
+        return [
+            r.node
+            for a in scope.assignments
+            if a.node is binding.node and a.name == binding.bound
+            for r in a.references
+        ]
+
+    def _unused_imports(self) -> None:
+        for binding in self._bindings:
+            if names.classify(binding.qualified) is None or self._references(binding):
+                continue
+            self._warn(
+                binding.node,
+                f"`{binding.bound}` ({binding.qualified}) is imported here and not used: if "
+                f"other modules import it from this one, port them to {names.PORTED} by hand",
+            )
+
+    def _removed_names(self) -> set[tuple[int, str]]:
+        return {
+            (id(b.node), b.bound)
+            for b in self._bindings
+            if b.index in self.plan.removals.get(b.node, ())
+        }
+
+    def _leave_npu_file(self) -> None:
+        """A file on torch-npu's scaler runs on Ascend already: say so, change nothing."""
+        node, what = self._npu[0]
+        self.findings = [f for f in self.findings if f.kind != "change"]
+        self._warn(
+            node,
+            f"the file already uses torch-npu's scaler (`{what}`), so it was left unchanged; "
+            f"{names.PORTED} can replace it (same methods, plus overflow modes and the "
+            "all-reduced overflow decision) if you port it by hand",
+            NPU_RULE,
+        )
+        for site in self._sites:
+            if site.call is not None:
+                self._warn(
+                    site.call,
+                    f"`{_code(site.node)}(...)` not ported: the file uses torch-npu's scaler "
+                    f"(line {self.line(node)}), so it stays as it is; port both by hand if wanted",
+                )
+        self.plan = TorchPlan()
+
+
+def _torch_roots(module: cst.Module) -> tuple[set[str], bool]:
+    """Names bound by imports of torch or torch-npu anywhere in the module, and whether one of
+    them is a star import (which binds names nobody can list)."""
+    roots: set[str] = set()
+    star = False
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                if names.is_torch_module(_dotted(alias.name)):
+                    bound = alias.asname.name if alias.asname else alias.name
+                    roots.add(_dotted(bound).split(".")[0])
+        elif isinstance(node, cst.ImportFrom):
+            module_name = _dotted(node.module) if node.module is not None else ""
+            if node.relative or not names.is_torch_module(module_name):
+                continue
+            if isinstance(node.names, cst.ImportStar):
+                star = True
+                continue
+            for alias in node.names:
+                bound = alias.asname.name if alias.asname else alias.name
+                roots.add(_dotted(bound))
+        elif isinstance(node, cst.SimpleStatementLine):
+            stack.extend(node.body)
+        elif not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement)):
+            stack.extend(node.children)  # statements, blocks, handlers: not expressions
+    return roots, star
+
+
+def _root(node: cst.BaseExpression) -> cst.Name | None:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node if isinstance(node, cst.Name) else None
+
+
+def _dotted(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return ""
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)

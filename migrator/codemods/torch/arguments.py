@@ -1,0 +1,71 @@
+"""A torch scaler call's arguments, rewritten for npu_lossscale.torch.GradScaler.
+
+The ported class takes torch.amp.GradScaler's parameters in the same order, device first. So a
+`torch.cuda.amp.GradScaler(65536.0, 2.0)` call, whose first parameter is init_scale, must pass its
+positional arguments by name, and so must a `torch.amp.GradScaler("cuda", 1024.0)` call once its
+device is dropped (the rest would shift one place left). Every other argument stays as written.
+Binding happens on the original call, building on the transformed one, by position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import libcst as cst
+
+Builder = Callable[[Sequence[cst.Arg]], list[cst.Arg]]
+
+_NO_SPACE = cst.SimpleWhitespace("")
+
+
+def builder(
+    bound: dict[str, int],
+    params: Sequence[str],
+    *,
+    drop: str | None,
+    by_name: bool,
+    add_device: str | None = None,
+) -> Builder:
+    """The new argument list: `drop` removed, positionals named when `by_name`, and
+    `device=add_device` appended (torch.cpu.amp's scaler, whose device is implied)."""
+    names = {index: name for name, index in bound.items()}
+    dropped = bound.get(drop) if drop is not None else None
+
+    def build(arguments: Sequence[cst.Arg]) -> list[cst.Arg]:
+        out: list[cst.Arg] = []
+        for index, arg in enumerate(arguments):
+            if index == dropped:
+                continue
+            if by_name and arg.keyword is None:
+                arg = _named(arg, names.get(index, params[index]))
+            out.append(arg)
+        if dropped is not None and dropped == len(arguments) - 1 and out:
+            # The last argument went: the one before it takes its comma (or its absence).
+            out[-1] = out[-1].with_changes(comma=arguments[dropped].comma)
+        if add_device is not None:
+            out = _append(out, "device", cst.SimpleString(f'"{add_device}"'))
+        return out
+
+    return build
+
+
+def _named(arg: cst.Arg, name: str) -> cst.Arg:
+    return arg.with_changes(
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
+    )
+
+
+def _append(args: list[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:
+    """`name=value` last; a trailing comma (multi-line call) stays the last thing."""
+    new = _named(cst.Arg(value=value), name)
+    if not args:
+        return [new]
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):
+        between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
+            between = args[-2].comma
+        return [*args[:-1], last.with_changes(comma=between), new.with_changes(comma=last.comma)]
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    return [*args[:-1], last.with_changes(comma=comma), new]

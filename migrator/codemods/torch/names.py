@@ -1,0 +1,99 @@
+"""Which PyTorch gradient scalers exist, by qualified name, and what each one becomes on the NPU.
+
+Names are compared after libcst's scope analysis resolved them through the file's imports, so
+`torch.cuda.amp.GradScaler`, `amp.GradScaler` under `from torch.cuda import amp` and `Scaler`
+under `from torch.cuda.amp import GradScaler as Scaler` all arrive here as one spelling; nothing
+in the port matches the text `torch.`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+LIBRARY = "npu_lossscale.torch"
+CLASS = "GradScaler"
+PORTED = f"{LIBRARY}.{CLASS}"
+# The local name of the ported class where the file's own `GradScaler` must stay torch's.
+FALLBACK = "NPUGradScaler"
+
+
+class Kind(enum.Enum):
+    """What a resolved name is, which decides how its uses are handled."""
+
+    CUDA = "cuda"  # torch.cuda.amp.GradScaler: no device parameter, the device is CUDA
+    CPU = "cpu"  # torch.cpu.amp.GradScaler: the same signature, on the CPU
+    AMP = "amp"  # torch.amp.GradScaler: the device is the first parameter
+    NPU = "npu"  # torch-npu's own scaler: the script runs on Ascend already
+    SHARDED = "sharded"  # FSDP's ShardedGradScaler: no counterpart
+
+
+# torch.amp.GradScaler's parameters, which npu_lossscale.torch.GradScaler takes in the same order.
+AMP_PARAMS = (
+    "device",
+    "init_scale",
+    "growth_factor",
+    "backoff_factor",
+    "growth_interval",
+    "enabled",
+)
+# torch.cuda.amp.GradScaler / torch.cpu.amp.GradScaler: the same without the device.
+DEVICE_FREE_PARAMS = AMP_PARAMS[1:]
+
+_SCALERS = {
+    "torch.cuda.amp": Kind.CUDA,
+    "torch.cuda.amp.grad_scaler": Kind.CUDA,
+    "torch.cpu.amp": Kind.CPU,
+    "torch.cpu.amp.grad_scaler": Kind.CPU,
+    "torch.amp": Kind.AMP,
+    "torch.amp.grad_scaler": Kind.AMP,
+    # torch-npu registers itself as `torch.npu` once imported
+    "torch.npu.amp": Kind.NPU,
+    "torch.npu.amp.grad_scaler": Kind.NPU,
+    "torch_npu.npu.amp": Kind.NPU,
+    "torch_npu.npu.amp.grad_scaler": Kind.NPU,
+}
+_SHARDED = (
+    "torch.distributed.fsdp.ShardedGradScaler",
+    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+)
+# Modules whose import the port may drop once every use of it was rewritten; `torch` itself
+# always stays (the script uses it for everything else, and importing it has effects).
+AMP_MODULES = frozenset(m for m, k in _SCALERS.items() if k is not Kind.NPU)
+
+
+def classify(name: str) -> Kind | None:
+    """The kind of a scaler class's qualified name, or None when it is not one."""
+    if name in _SHARDED:
+        return Kind.SHARDED
+    module, _, leaf = name.rpartition(".")
+    if leaf == CLASS:
+        return _SCALERS.get(module)
+    if name.startswith("torch_npu.") and leaf.endswith(CLASS):
+        return Kind.NPU  # torch-npu's sharded and other scalers
+    return None
+
+
+def scaler_prefix(name: str) -> str | None:
+    """The scaler class a longer name hangs off (`torch.cuda.amp.GradScaler.scale`), if any."""
+    parts = name.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        head = ".".join(parts[:end])
+        if classify(head) is not None:
+            return head
+    return None
+
+
+def is_removable_binding(name: str) -> bool:
+    """An import binding the port may drop when all its uses were ported: a scaler class it
+    replaces, or an amp module only used to reach one."""
+    return name in AMP_MODULES or classify(name) in (Kind.CUDA, Kind.CPU, Kind.AMP)
+
+
+def is_transfer_to_npu(name: str) -> bool:
+    """torch-npu's `transfer_to_npu`, which maps 'cuda' devices and autocast to the NPU."""
+    return name.startswith("torch_npu.contrib") and "transfer_to_npu" in name
+
+
+def is_torch_module(name: str) -> bool:
+    top = name.split(".")[0]
+    return top in ("torch", "torch_npu")

@@ -1,0 +1,158 @@
+"""Apply a torch scaler plan to the tree, touching only the planned nodes.
+
+Everything else comes back as libcst gives it, so comments and layout of untouched code survive.
+The walk enters only the planned nodes and their ancestors. An import statement the port empties
+is replaced by the new import when one goes after it (its blank lines and comments stay), or
+dropped with its comments moved to the next statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
+
+import libcst as cst
+
+from migrator.codemods.torch.analysis import TorchPlan
+
+_ImportT = TypeVar("_ImportT", cst.Import, cst.ImportFrom)
+
+
+class TorchRewriter(cst.CSTTransformer):
+    def __init__(self, plan: TorchPlan, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> None:
+        super().__init__()
+        self.plan = plan
+        planned: list[cst.CSTNode] = [*plan.calls, *plan.refs, *plan.removals, *plan.after]
+        self._enter = _with_ancestors(planned, parents)
+        # statement -> what it became: None when dropped (keyed by the original node)
+        self._statements: dict[cst.SimpleStatementLine, cst.SimpleStatementLine | None] = {}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node in self._enter and super().on_visit(node)
+
+    # ----------------------------------------------------------------- expressions
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        build = self.plan.calls.get(original)
+        if build is None:
+            return updated
+        args = build(updated.args)
+        if not args:
+            return updated.with_changes(args=(), whitespace_before_args=cst.SimpleWhitespace(""))
+        return updated.with_changes(args=args)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self._ref(original, updated)
+
+    def leave_Attribute(
+        self, original: cst.Attribute, updated: cst.Attribute
+    ) -> cst.BaseExpression:
+        return self._ref(original, updated)
+
+    def _ref(self, original: cst.CSTNode, updated: cst.BaseExpression) -> cst.BaseExpression:
+        target = self.plan.refs.get(original)
+        if target is None:
+            return updated
+        new = cst.parse_expression(target)
+        return new.with_changes(lpar=updated.lpar, rpar=updated.rpar)
+
+    # ----------------------------------------------------------------- imports
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:
+        return self._drop_aliases(original, updated)
+
+    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:
+        return self._drop_aliases(original, updated)
+
+    def _drop_aliases(self, original: cst.CSTNode, updated: _ImportT) -> _ImportT:
+        gone = self.plan.removals.get(original)
+        if not gone or isinstance(updated.names, cst.ImportStar):
+            return updated
+        kept = [a for i, a in enumerate(updated.names) if i not in gone]
+        if not kept:
+            return updated  # the whole statement goes; see leave_SimpleStatementLine
+        parenthesized = isinstance(updated, cst.ImportFrom) and updated.lpar is not None
+        if not parenthesized or max(gone) == len(updated.names) - 1:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(names=kept)
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
+        body = [s for old, s in zip(original.body, updated.body) if not self._emptied(old)]
+        after = self.plan.after.get(original, [])
+        if not body and after:
+            # The new import takes the emptied statement's place, blank lines and comments too.
+            first = cst.parse_statement(after[0] + "\n")
+            assert isinstance(first, cst.SimpleStatementLine)
+            updated = updated.with_changes(body=first.body)
+        elif not body:
+            self._statements[original] = None
+            return updated
+        elif len(body) != len(updated.body):
+            body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            updated = updated.with_changes(body=body)
+        self._statements[original] = updated
+        return updated
+
+    def _emptied(self, small: cst.BaseSmallStatement) -> bool:
+        gone = self.plan.removals.get(small)
+        aliases = getattr(small, "names", None)
+        return bool(gone) and isinstance(aliases, Sequence) and len(gone) == len(aliases)
+
+    # ----------------------------------------------------------------- blocks
+    def leave_IndentedBlock(
+        self, original: cst.IndentedBlock, updated: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        body, footer = self._rebuild(original.body, updated.body, updated.footer)
+        return updated.with_changes(body=body, footer=footer)
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        body, footer = self._rebuild(original.body, updated.body, updated.footer)
+        return updated.with_changes(body=body, footer=footer)
+
+    def _rebuild(
+        self,
+        originals: Sequence[cst.BaseStatement],
+        updated: Sequence[cst.BaseStatement],
+        footer: Sequence[cst.EmptyLine],
+    ) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
+        out: list[cst.BaseStatement] = []
+        carried: list[cst.EmptyLine] = []
+        for old, new in zip(originals, updated):
+            if isinstance(old, cst.SimpleStatementLine) and old in self._statements:
+                now = self._statements[old]
+                if now is None:
+                    carried.extend(_comments_of(old))
+                    continue
+                after = self.plan.after.get(old, [])
+                emptied = all(self._emptied(s) for s in old.body)
+                added = [now, *(cst.parse_statement(x + "\n") for x in after[int(emptied) :])]
+            else:
+                added = [new]
+            if carried:
+                added[0] = added[0].with_changes(leading_lines=[*carried, *added[0].leading_lines])
+                carried = []
+            out.extend(added)
+        if not out:
+            out.append(cst.SimpleStatementLine([cst.Pass()], leading_lines=carried))
+            carried = []
+        return out, [*carried, *footer]
+
+
+def _with_ancestors(
+    nodes: Iterable[cst.CSTNode], parents: Mapping[cst.CSTNode, cst.CSTNode]
+) -> set[cst.CSTNode]:
+    found: set[cst.CSTNode] = set()
+    for node in nodes:
+        current: cst.CSTNode | None = node
+        while current is not None and current not in found:
+            found.add(current)
+            current = parents.get(current)
+    return found
+
+
+def _comments_of(line: cst.SimpleStatementLine) -> list[cst.EmptyLine]:
+    """The comments a dropped line carried, so they stay in the file."""
+    kept = [e for e in line.leading_lines if e.comment is not None]
+    if line.trailing_whitespace.comment is not None:
+        kept.append(cst.EmptyLine(comment=line.trailing_whitespace.comment))
+    return kept
