@@ -1,16 +1,14 @@
 """Reports of a run: JSON for tools, Markdown for people, HTML for a reviewer's browser.
 
 All three are built from one dictionary (`build_report`) so they can never disagree about what was
-changed, warned about or failed. The HTML page's layout and style live in templates/review.html.
+changed, warned about or failed. The HTML page (migrator/review_page.py) also shows the code, which
+it takes from the run's outcomes beside that dictionary.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import re
-import string
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,55 +118,6 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _html_diff(diff: str) -> str:
-    classes = (("+++ ", "head"), ("--- ", "head"), ("@@", "hunk"), ("+", "add"), ("-", "del"))
-    lines = []
-    for line in diff.splitlines():
-        css = next((c for prefix, c in classes if line.startswith(prefix)), None)
-        # The newline stays inside the span so the page's text is the diff, copyable as is.
-        text = html.escape(line) + "\n"
-        lines.append(f'<span class="{css}">{text}</span>' if css else text)
-    return '<pre class="diff">' + "".join(lines) + "</pre>"
-
-
-def _html_findings(findings: list[dict[str, Any]]) -> str:
-    items = "".join(
-        f'<li class="{html.escape(f["kind"])}">line {f["line"]}, '
-        f"<code>{html.escape(f['rule'])}</code>: {html.escape(f['message'])}</li>"
-        for f in findings
-    )
-    return f'<ul class="findings">{items}</ul>' if items else ""
-
-
-def render_html(report: dict[str, Any]) -> str:
-    parts: list[str] = []
-    if report["failed"]:
-        parts.append("<h2>Failed (left untouched)</h2><ul>")
-        parts += [
-            f"<li><code>{html.escape(f['path'])}</code>: <pre>{html.escape(f['reason'])}</pre></li>"
-            for f in report["failed"]
-        ]
-        parts.append("</ul>")
-    reviewed = [f for f in report["files"] if f["status"] != "failed" or f["warnings"]]
-    if reviewed:
-        parts.append("<h2>Files</h2>")
-    for entry in reviewed:
-        status = html.escape(entry["status"])
-        parts.append(
-            f"<section><h3>{html.escape(entry['path'])}"
-            f'<span class="status status-{status}">{status}</span></h3>'
-        )
-        parts.append(_html_findings(entry["changes"] + entry["warnings"]))
-        if "diff" in entry:
-            parts.append(_html_diff(entry["diff"]))
-        parts.append("</section>")
-    page = resources.files("migrator").joinpath("templates", "review.html").read_text("utf-8")
-    values = {k: html.escape(str(v)) for k, v in report["summary"].items()}
-    return string.Template(page).substitute(
-        values, mode=html.escape(report["mode"]), body="\n".join(parts)
-    )
-
-
 def write_report(path: Path, result: RunResult) -> None:
     """Write the report in the format named by the file's suffix (.json, .md or .html)."""
     suffix = path.suffix.lower()
@@ -178,7 +127,10 @@ def write_report(path: Path, result: RunResult) -> None:
     elif suffix == ".md":
         text = render_markdown(data)
     elif suffix == ".html":
-        text = render_html(data)
+        # Imported here: the page needs Pygments, which JSON and Markdown reports never load.
+        from migrator.review_page import render_review_page
+
+        text = render_review_page(data, result.outcomes)
     else:
         raise ValueError(f"report path must end in .json, .md or .html, got {str(path)!r}")
     write_new_file(path, text.encode("utf-8"))
