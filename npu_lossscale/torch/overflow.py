@@ -1,0 +1,133 @@
+"""The found-inf checks of the PyTorch front-end, one per overflow mode, on torch's fused ops.
+
+Both modes decide exactly what the TF front-ends decide:
+
+- INF_NAN (IEEE hardware; Atlas A2/A3 by default): any inf or NaN in a gradient. Checked and
+  unscaled in one pass by the kernel stock `torch.amp.GradScaler` uses,
+  `torch._amp_foreach_non_finite_check_and_unscale_`, so this mode costs what stock costs.
+- SATURATION (first-generation Atlas training chips): an overflowing result is clamped to
+  +-65504 instead of becoming inf, so an inf check misses it. Off the chip, an element whose
+  *scaled* magnitude reaches 65504 counts as overflowed, and so does inf/NaN: the extremes of each
+  still-scaled gradient (`amax`/`amin`, which propagate NaN) are compared with 65504 before
+  `torch._foreach_mul_` unscales. On an Ascend host the chip's float status decides instead.
+
+`torch._foreach_norm(grads, inf)` would give the same magnitudes in one call, but on the CPU it is
+about twenty times slower than the two plain reductions per gradient.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+import torch
+
+from npu_lossscale.modes import FP16_SATURATION_VALUE, OverflowMode, resolve_overflow_mode
+from npu_lossscale.torch import ascend
+
+logger = logging.getLogger("npu_lossscale")
+
+GradGroups = dict[torch.device, dict[torch.dtype, list[torch.Tensor]]]
+
+
+def resolve_mode(requested: OverflowMode | str) -> OverflowMode:
+    """AUTO asks torch-npu first where it has a device (its own mode setting is what the chip
+    does), then falls back to the shared resolution (runtime, INF_NAN_MODE_ENABLE, INF_NAN)."""
+    mode = OverflowMode.parse(requested)
+    if mode is OverflowMode.AUTO:
+        from_device = ascend.device_overflow_mode()
+        if from_device is not None:
+            logger.info(
+                "npu_lossscale: overflow mode %s (decided by torch-npu's device setting)",
+                from_device.value,
+            )
+            return from_device
+    return resolve_overflow_mode(mode)
+
+
+def gradient_groups(
+    params: Iterable[torch.Tensor],
+    *,
+    allow_fp16: bool,
+    coalesce_sparse: bool,
+    in_place: bool = True,
+) -> GradGroups:
+    """The gradients to check, split by device and dtype as the fused kernels need them.
+
+    A sparse gradient is checked through its values. Duplicate indices add up when the optimizer
+    applies it, so where those sums matter (fp16, where they may overflow; saturation mode, where
+    they may pass 65504) it is coalesced first, replacing ``.grad`` as stock torch does, or into
+    a copy when ``in_place`` is False.
+    """
+    groups: GradGroups = defaultdict(lambda: defaultdict(list))
+    for param in params:
+        grad = param.grad
+        if grad is None:
+            continue
+        if not allow_fp16 and grad.dtype == torch.float16:
+            raise ValueError("Attempting to unscale FP16 gradients.")
+        if grad.is_sparse:
+            if coalesce_sparse or grad.dtype == torch.float16:
+                grad = grad.coalesce()
+                if in_place:
+                    param.grad = grad
+            grad = grad._values()
+        groups[grad.device][grad.dtype].append(grad)
+    return groups
+
+
+def optimizer_params(optimizer: torch.optim.Optimizer) -> Iterable[torch.Tensor]:
+    return (p for group in optimizer.param_groups for p in group["params"])
+
+
+def _beyond(grads: list[torch.Tensor], threshold: float) -> torch.Tensor | None:
+    """Bool scalar: some element is NaN or has magnitude >= threshold (inf: non-finite)."""
+    extremes = [e for g in grads if g.numel() for e in (g.amax(), g.amin())]
+    if not extremes:
+        return None
+    return torch.logical_not(torch.stack(extremes).abs() < threshold).any()
+
+
+def check_and_unscale_(
+    groups: GradGroups,
+    mode: OverflowMode,
+    found_inf: Callable[[torch.device], torch.Tensor],
+    inv_scale: Callable[[torch.device], torch.Tensor],
+    chip_status: Callable[[torch.device], torch.Tensor] | None = None,
+) -> None:
+    """Add each device's overflow to ``found_inf(device)`` and multiply its gradients by
+    ``inv_scale(device)`` in place. ``chip_status`` (saturation mode on an Ascend host) replaces
+    the element check by the device's float status."""
+    for device, per_dtype in groups.items():
+        found, inv = found_inf(device), inv_scale(device)
+        if chip_status is not None:
+            found.add_(chip_status(device))
+        for grads in per_dtype.values():
+            if chip_status is None and mode is OverflowMode.INF_NAN:
+                torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+                continue
+            if chip_status is None:
+                beyond = _beyond(grads, FP16_SATURATION_VALUE)
+                if beyond is not None:
+                    found.add_(beyond)
+            torch._foreach_mul_(grads, inv)
+
+
+def check_only(groups: GradGroups, mode: OverflowMode, device: torch.device) -> torch.Tensor:
+    """Float 0/1 on ``device``: whether still-scaled gradients overflowed, touching none of them.
+
+    Reads only (no in-place multiply by one, as stock's check does), so gradients that are still
+    being accumulated, or that take part in a double backward, are left exactly as they were.
+    """
+    threshold = math.inf if mode is OverflowMode.INF_NAN else FP16_SATURATION_VALUE
+    flags = [
+        beyond.to(device)
+        for per_dtype in groups.values()
+        for grads in per_dtype.values()
+        if (beyond := _beyond(grads, threshold)) is not None
+    ]
+    if not flags:
+        return torch.zeros((), dtype=torch.float32, device=device)
+    return torch.stack(flags).any().float()

@@ -1,0 +1,541 @@
+"""`GradScaler`: torch.amp's GradScaler with the NPU's overflow modes, rule and agreement.
+
+Stock `torch.amp.GradScaler` has the right shape (scale / unscale_ / step / update, per-optimizer
+stages, a fused check-and-unscale kernel, one host sync per step), so this class subclasses it and
+replaces what differs on an Ascend NPU:
+
+- what counts as an overflow: both modes, as in the TF front-ends (overflow.py);
+- who decides: every rank together whenever several take part (distributed.py);
+- which optimizers a decision covers: one decision per update, not one per optimizer;
+- how the scale moves: the Ascend adapter's rule (npu_lossscale.rule) with a floor, where stock
+  torch lets the scale fall to 0.
+
+The rule runs on the host as `DynamicRule.step` itself. The decision has to reach the host anyway
+(step() branches on it: stock's one `.item()`), so the rule costs no further synchronisation, is
+the reference rule to the last float32 bit by construction, and replaces stock's update kernel by
+one `fill_` on the steps where the scale changes. `torch._amp_update_scale_` could not have served:
+it has no hysteresis, floor, ceiling or stuck-run guard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import weakref
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.amp.grad_scaler import OptState, _MultiDeviceReplicator, _refresh_per_optimizer_state
+
+from npu_lossscale.modes import OverflowMode
+from npu_lossscale.rule import DynamicRule, RuleState, check_bool, check_scale, to_float32
+from npu_lossscale.torch import ascend, distributed, overflow
+from npu_lossscale.torch.managers import (
+    ExponentialUpdateLossScaleManager,
+    FixedLossScaleManager,
+    check_is_distributed,
+)
+
+# torch's words for the rule's arguments, so that an error names what the user wrote.
+_NAMES = {
+    "init_loss_scale": "init_scale",
+    "incr_every_n_steps": "growth_interval",
+    "incr_ratio": "growth_factor",
+    "decr_ratio": "backoff_factor",
+}
+
+
+def _resolve_device(device: object) -> str:
+    """ "auto": npu where torch-npu has a device, else cuda where available, else cpu."""
+    if isinstance(device, torch.device):
+        return device.type
+    if not isinstance(device, str):
+        hint = ""
+        if isinstance(device, numbers.Real):
+            hint = (
+                " (torch-npu's and torch.cuda.amp's GradScaler take init_scale first; "
+                "here it is a keyword: GradScaler(init_scale=...))"
+            )
+        raise ValueError(
+            f"device must be a device type such as 'cpu' or 'auto'; got {device!r}{hint}"
+        )
+    if device != "auto":
+        return device
+    if ascend.torch_npu() is not None:
+        return "npu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class GradScaler(torch.amp.GradScaler):
+    """Dynamic (or fixed) loss scaling for PyTorch with the NPU's overflow modes.
+
+    Drop-in for `torch.amp.GradScaler` (and `torch.cuda.amp`'s) and for torch-npu's
+    `torch_npu.npu.amp.GradScaler` (`dynamic=`; its state dicts load). Defaults are torch's rule:
+    back off by `backoff_factor` on every overflow, grow by `growth_factor` after
+    `growth_interval` clean steps, with a floor of `min_loss_scale` (stock torch lets the scale
+    reach 0 after enough overflows, and then every gradient is 0). `decr_every_n_nan_or_inf`
+    gives the Ascend adapter's hysteresis and `from_manager` its whole rule.
+
+    `overflow_mode`: "inf_nan" skips a step with any inf/NaN gradient; "saturation" also one with
+    an element whose scaled magnitude reaches 65504 (off the chip) or the chip's float status (on
+    an Ascend host); "auto" asks torch-npu where it has a device, then INF_NAN_MODE_ENABLE, else
+    inf_nan. The result is `self.overflow_mode`, and it is logged.
+
+    `is_distributed`: None sums the overflow flag over `process_group` whenever torch.distributed
+    is initialised with more than one rank, in both modes; True requires an initialised group (the
+    first `scale()` says so if there is none); False never reduces. Every rank then skips or
+    applies together and the scales stay equal.
+
+    `dynamic=False` keeps `init_scale` and still skips (and counts) overflowed steps, as
+    torch-npu's fixed scale and the adapter's FixedLossScaleManager do.
+
+    An overflowed step changes nothing: `optimizer.step()` does not run, so parameters and the
+    optimizer's state (moments, step counts) stay bitwise as they were; `skipped_steps` counts it,
+    `last_step_applied` says whether the last update's step was applied in full.
+    """
+
+    def __init__(
+        self,
+        device: str = "auto",
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        enabled: bool = True,
+        *,
+        dynamic: bool = True,
+        overflow_mode: OverflowMode | str = "auto",
+        is_distributed: bool | None = None,
+        process_group: Any = None,
+        decr_every_n_nan_or_inf: int = 1,
+        min_loss_scale: float = 1.0,
+        max_loss_scale: float | None = None,
+        max_skipped_steps_at_floor: int | None = None,
+    ) -> None:
+        device = _resolve_device(device)
+        enabled = check_bool("enabled", enabled)
+        self.dynamic = check_bool("dynamic", dynamic)
+        init, self._rule = DynamicRule.validated(
+            init_scale,
+            growth_interval,
+            decr_every_n_nan_or_inf,
+            growth_factor,
+            backoff_factor,
+            min_loss_scale=min_loss_scale,
+            max_loss_scale=max_loss_scale,
+            max_skipped_steps_at_floor=max_skipped_steps_at_floor,
+            names=_NAMES,
+        )
+        self.is_distributed = check_is_distributed(is_distributed)
+        self.process_group = process_group
+        self.overflow_mode = overflow.resolve_mode(overflow_mode)
+        super().__init__(
+            device,
+            init,
+            self._rule.incr_ratio,
+            self._rule.decr_ratio,
+            self._rule.incr_every_n_steps,
+            enabled,
+        )
+        self._state = RuleState(to_float32(init))
+        self._scale: torch.Tensor | None = None
+        # Saturation mode on the chip: the device's float status replaces the element check.
+        self._chip_status = (
+            device == "npu"
+            and self.overflow_mode is OverflowMode.SATURATION
+            and ascend.torch_npu() is not None
+        )
+        self._last_step_applied: bool | None = None
+        self._previous: list[weakref.ref] = []  # optimizers stepped in the previous update
+        self._begin_update()
+
+    @classmethod
+    def from_manager(
+        cls,
+        manager: FixedLossScaleManager | ExponentialUpdateLossScaleManager,
+        *,
+        device: str = "auto",
+        is_distributed: bool | None = None,
+        process_group: Any = None,
+    ) -> GradScaler:
+        """The scaler a ported script gets: the manager's current scale, its rule step for step
+        and its overflow mode. `is_distributed` is the manager's unless given here; the manager
+        itself is not driven afterwards, so the flag is reduced once, by the scaler."""
+        if not isinstance(manager, (FixedLossScaleManager, ExponentialUpdateLossScaleManager)):
+            hint = ""
+            if type(manager).__module__.startswith("npu_lossscale."):
+                hint = " (the TensorFlow managers live in npu_lossscale; use npu_lossscale.torch's)"
+            raise ValueError(
+                "manager must be an npu_lossscale.torch FixedLossScaleManager or "
+                f"ExponentialUpdateLossScaleManager; got {manager!r}{hint}"
+            )
+        if is_distributed is None:
+            is_distributed = manager.is_distributed
+        common = dict(
+            overflow_mode=manager.overflow_mode,
+            is_distributed=is_distributed,
+            process_group=process_group,
+        )
+        if isinstance(manager, ExponentialUpdateLossScaleManager):
+            rule = manager.rule
+            return cls(
+                device,
+                manager._state.scale,
+                rule.incr_ratio,
+                rule.decr_ratio,
+                rule.incr_every_n_steps,
+                decr_every_n_nan_or_inf=rule.decr_every_n_nan_or_inf,
+                min_loss_scale=rule.min_loss_scale,
+                max_loss_scale=rule.max_loss_scale,
+                max_skipped_steps_at_floor=rule.max_skipped_steps_at_floor,
+                **common,
+            )
+        if not manager.enable_overflow_check:
+            raise ValueError(
+                "manager: a FixedLossScaleManager with enable_overflow_check=False never "
+                "skips a step, which a GradScaler always does on overflow; multiply the loss "
+                "and divide the gradients by the constant yourself instead"
+            )
+        return cls(device, manager._state.scale, dynamic=False, **common)
+
+    # -- readable state ----------------------------------------------------------------------
+
+    def get_scale(self) -> float:
+        """The current scale (1.0 when disabled), from the host: no device sync, unlike stock."""
+        return self._state.scale if self._enabled else 1.0
+
+    @property
+    def skipped_steps(self) -> int:
+        """Updates whose step was skipped (in whole or, see `step`, in part) for overflow."""
+        return self._state.skipped
+
+    @property
+    def last_step_applied(self) -> bool | None:
+        """Whether the last `update()`'s step was applied to every optimizer; None before one."""
+        return self._last_step_applied
+
+    def _get_growth_tracker(self) -> int:
+        return self._state.good if self._enabled else 0
+
+    # -- the training loop -------------------------------------------------------------------
+
+    def scale(self, outputs: Any) -> Any:
+        if self._enabled and self._chip_status and not self._status_cleared:
+            ascend.clear_float_status(torch.device(self._device))
+            self._status_cleared = True
+        return super().scale(outputs)
+
+    def _lazy_init_scale_growth_tracker(self, dev: torch.device) -> None:
+        # Called by stock scale() on the first scale(): where is_distributed=True is checked.
+        if self.is_distributed:
+            distributed.require_group()
+        self._scale = torch.full((), self._state.scale, dtype=torch.float32, device=dev)
+
+    def _require_scale(self, funcname: str) -> torch.Tensor:
+        if self._scale is None:
+            raise AssertionError(
+                f"Attempted {funcname} but _scale is None.  This may indicate your script did "
+                "not use scaler.scale(loss or outputs) earlier in the iteration."
+            )
+        return self._scale
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the optimizer's gradients by the scale and record whether they overflowed, as
+        stock does (no host sync), in this scaler's overflow mode: call it before clipping."""
+        if not self._enabled:
+            return
+        scale = self._require_scale("unscale_")
+        state = self._per_optimizer_states[id(optimizer)]
+        if state["stage"] is OptState.UNSCALED:
+            raise RuntimeError(
+                "unscale_() has already been called on this optimizer since the last update()."
+            )
+        if state["stage"] is OptState.STEPPED:
+            raise RuntimeError("unscale_() is being called after step().")
+        # 1/scale in float64 rounded to float32: stock's reciprocal, computed on the host.
+        inv_scale = torch.full((), to_float32(1.0 / self._state.scale), device=scale.device)
+        found_inf = torch.zeros((), dtype=torch.float32, device=scale.device)
+        state["found_inf_per_device"] = self._unscale_grads_(optimizer, inv_scale, found_inf, False)
+        state["stage"] = OptState.UNSCALED
+
+    def _unscale_grads_(
+        self,
+        optimizer: torch.optim.Optimizer,
+        inv_scale: torch.Tensor,
+        found_inf: torch.Tensor,
+        allow_fp16: bool,
+    ) -> dict[torch.device, torch.Tensor]:
+        found = _MultiDeviceReplicator(found_inf)
+        inverse = _MultiDeviceReplicator(inv_scale)
+        with torch.no_grad():
+            groups = overflow.gradient_groups(
+                overflow.optimizer_params(optimizer),
+                allow_fp16=allow_fp16,
+                coalesce_sparse=self.overflow_mode is OverflowMode.SATURATION,
+            )
+            overflow.check_and_unscale_(
+                groups,
+                self.overflow_mode,
+                found.get,
+                inverse.get,
+                ascend.float_status if self._chip_status else None,
+            )
+        return found._per_device_tensors
+
+    def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        """Unscale (unless `unscale_` did), then run `optimizer.step(*args, **kwargs)` unless
+        this update overflowed.
+
+        One decision per update, where stock torch decides per optimizer (with two optimizers
+        it may apply one and skip the other, leaving a model half-updated). The update's first
+        `step()` decides, over its own optimizer, every optimizer already `unscale_`d in this
+        update, and every optimizer stepped in the previous update (their gradients are read, not
+        touched); if any overflowed, every optimizer of the update skips. That is all or nothing
+        for the common loops: one backward, then a step per optimizer (dense and sparse
+        optimizers, per-part optimizers), from the second update on, and from the first where
+        each optimizer is `unscale_`d before the first step. An optimizer the decision did not
+        cover (new to the scaler, or whose gradients were computed after it, as in a GAN loop)
+        is checked at its own step and, having overflowed, skipped, as is every later one; the
+        update then counts as skipped. Optimizers whose own `step` supports amp scaling (fused
+        Adam) are treated like any other: their gradients are unscaled here.
+        """
+        if not self._enabled:
+            return optimizer.step(*args, **kwargs)
+        if "closure" in kwargs:
+            raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
+        self._require_scale("step")
+        state = self._per_optimizer_states[id(optimizer)]
+        if state["stage"] is OptState.STEPPED:
+            raise RuntimeError("step() has already been called since the last update().")
+        if state["stage"] is OptState.READY:
+            self.unscale_(optimizer)
+        retval = None
+        if not self._overflow_so_far(optimizer):
+            retval = optimizer.step(*args, **kwargs)
+        state["stage"] = OptState.STEPPED
+        self._stepped.append(weakref.ref(optimizer))
+        return retval
+
+    def _overflow_so_far(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether this update has overflowed, as far as ``optimizer``'s step must know."""
+        if self._overflowed is None:
+            self._overflowed = self._agreed_overflow(self._unjudged(), self._prechecks())
+        elif not self._overflowed and id(optimizer) not in self._judged:
+            self._overflowed = self._agreed_overflow([id(optimizer)])
+        return self._overflowed
+
+    def _unjudged(self) -> list[int]:
+        return [
+            key
+            for key, state in self._per_optimizer_states.items()
+            if state["stage"] is not OptState.READY and key not in self._judged
+        ]
+
+    def _prechecks(self) -> list[torch.Tensor]:
+        """Read-only checks of the previous update's optimizers not yet unscaled in this one.
+        On the chip the float status already covers every gradient since scale()."""
+        if self._chip_status:
+            return []
+        scale = self._require_scale("step")
+        flags = []
+        for ref in self._previous:
+            optimizer = ref()
+            if optimizer is None:
+                continue
+            state = self._per_optimizer_states.get(id(optimizer))
+            if state is not None and state["stage"] is not OptState.READY:
+                continue
+            with torch.no_grad():
+                groups = overflow.gradient_groups(
+                    overflow.optimizer_params(optimizer),
+                    allow_fp16=True,
+                    coalesce_sparse=self.overflow_mode is OverflowMode.SATURATION,
+                    in_place=False,
+                )
+                flags.append(overflow.check_only(groups, self.overflow_mode, scale.device))
+        return flags
+
+    def _agreed_overflow(self, keys: list[int], extra: Sequence[torch.Tensor] = ()) -> bool:
+        """Combine the recorded flags of ``keys`` (and ``extra``), sum them over the ranks when
+        several take part, and read the result: the one host sync of a step, as in stock."""
+        scale = self._require_scale("step")
+        flags = [
+            flag.to(scale.device, non_blocking=True)
+            for key in keys
+            for flag in self._per_optimizer_states[key]["found_inf_per_device"].values()
+        ]
+        flags.extend(extra)
+        self._judged.update(keys)
+        if not flags:
+            flag = torch.zeros((), dtype=torch.float32, device=scale.device)
+        elif len(flags) == 1:
+            flag = flags[0]
+        else:
+            flag = torch.stack(flags).sum()
+        if distributed.should_reduce(self.is_distributed, self.process_group):
+            flag = distributed.agree(flag.clone(), self.process_group)
+        return bool(flag.item())
+
+    def update(self, new_scale: float | torch.Tensor | None = None) -> None:
+        """Move the scale by the rule once for this update (or set it to ``new_scale``), count a
+        skipped update, and raise RuntimeError when the stuck-run guard trips."""
+        if not self._enabled:
+            return
+        self._require_scale("update")
+        if new_scale is not None:
+            self._set_scale(new_scale)
+            overflowed = bool(self._overflowed)
+            skipped = self._state.skipped + overflowed
+            self._finish_update(dataclasses.replace(self._state, skipped=skipped), overflowed)
+            return
+        overflowed = self._overflowed
+        unjudged = self._unjudged()
+        if overflowed is None and not unjudged:
+            raise AssertionError("No inf checks were recorded prior to update.")
+        if not overflowed and unjudged:  # unscale_d but not stepped: stock counts them too
+            overflowed = self._agreed_overflow(unjudged)
+        if self.dynamic:
+            state = self._rule.step(self._state, not overflowed)
+        else:
+            state = dataclasses.replace(self._state, skipped=self._state.skipped + overflowed)
+        self._finish_update(state, overflowed)
+        if self.dynamic and self._rule.is_stuck(state):
+            raise RuntimeError(self._rule.stuck_message(self.overflow_mode.value))
+
+    def _finish_update(self, state: RuleState, overflowed: bool) -> None:
+        if state.scale != self._state.scale:
+            self._scale.fill_(state.scale)
+        self._state = state
+        self._last_step_applied = not overflowed
+        self._previous = self._stepped
+        self._begin_update()
+
+    def _begin_update(self) -> None:
+        self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
+        self._overflowed: bool | None = None  # None: not decided yet in this update
+        self._judged: set[int] = set()  # optimizers whose flags the decision has read
+        self._stepped: list[weakref.ref] = []
+        self._status_cleared = False
+
+    def _set_scale(self, new_scale: float | torch.Tensor) -> None:
+        value = new_scale.item() if isinstance(new_scale, torch.Tensor) else new_scale
+        value = check_scale("new_scale", value)
+        if value < self._rule.min_loss_scale:
+            raise ValueError(
+                f"new_scale ({value!r}) must not be below min_loss_scale "
+                f"({self._rule.min_loss_scale!r})"
+            )
+        self._state = dataclasses.replace(self._state, scale=to_float32(value))
+        self._scale.fill_(self._state.scale)
+
+    # -- settings ------------------------------------------------------------------------------
+
+    def _rebuild(self, scale: float, scale_name: str = "init_scale", **changes: Any) -> None:
+        """Validate the rule with ``changes`` applied (errors name torch's arguments) and take
+        it with ``scale``, keeping stock's attributes in step with it."""
+        settings = dataclasses.asdict(self._rule)
+        settings.update(changes)
+        init, self._rule = DynamicRule.validated(
+            scale,
+            settings.pop("incr_every_n_steps"),
+            settings.pop("decr_every_n_nan_or_inf"),
+            settings.pop("incr_ratio"),
+            settings.pop("decr_ratio"),
+            names={**_NAMES, "init_loss_scale": scale_name},
+            **settings,
+        )
+        self._state = dataclasses.replace(self._state, scale=to_float32(init))
+        self._growth_factor = self._rule.incr_ratio
+        self._backoff_factor = self._rule.decr_ratio
+        self._growth_interval = self._rule.incr_every_n_steps
+        if self._scale is not None:
+            self._scale.fill_(self._state.scale)
+
+    def get_growth_factor(self) -> float:
+        return self._rule.incr_ratio
+
+    def set_growth_factor(self, new_factor: float) -> None:
+        self._rebuild(self._state.scale, incr_ratio=new_factor)
+
+    def get_backoff_factor(self) -> float:
+        return self._rule.decr_ratio
+
+    def set_backoff_factor(self, new_factor: float) -> None:
+        self._rebuild(self._state.scale, decr_ratio=new_factor)
+
+    def get_growth_interval(self) -> int:
+        return self._rule.incr_every_n_steps
+
+    def set_growth_interval(self, new_interval: int) -> None:
+        self._rebuild(self._state.scale, incr_every_n_steps=new_interval)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Stock's five entries, torch-npu's "dynamic", and the rest of the Ascend rule's
+        settings and counters, so a checkpoint resumes the rule exactly."""
+        if not self._enabled:
+            return {}
+        return {
+            "scale": self._state.scale,
+            "growth_factor": self._rule.incr_ratio,
+            "backoff_factor": self._rule.decr_ratio,
+            "growth_interval": self._rule.incr_every_n_steps,
+            "_growth_tracker": self._state.good,
+            "dynamic": self.dynamic,
+            "decr_every_n_nan_or_inf": self._rule.decr_every_n_nan_or_inf,
+            "min_loss_scale": self._rule.min_loss_scale,
+            "max_loss_scale": self._rule.max_loss_scale,
+            "max_skipped_steps_at_floor": self._rule.max_skipped_steps_at_floor,
+            "_bad_steps": self._state.bad,
+            "_skipped_steps": self._state.skipped,
+            "_skips_at_floor": self._state.skips_at_floor,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load our own state dict, stock torch's or torch-npu's (entries a dict lacks keep
+        their current values). A scale below min_loss_scale (stock's can reach 0) is refused."""
+        if not self._enabled:
+            return
+        if len(state_dict) == 0:
+            raise RuntimeError(
+                "The source state dict is empty, possibly because it was saved "
+                "from a disabled instance of GradScaler."
+            )
+        # state-dict key -> the rule's own name for it
+        keys = {
+            "growth_interval": "incr_every_n_steps",
+            "growth_factor": "incr_ratio",
+            "backoff_factor": "decr_ratio",
+            "decr_every_n_nan_or_inf": "decr_every_n_nan_or_inf",
+            "min_loss_scale": "min_loss_scale",
+            "max_loss_scale": "max_loss_scale",
+            "max_skipped_steps_at_floor": "max_skipped_steps_at_floor",
+        }
+        changes = {name: state_dict[key] for key, name in keys.items() if key in state_dict}
+        scale = state_dict.get("scale", self._state.scale)
+        if isinstance(scale, torch.Tensor):
+            scale = scale.item()
+        self._rebuild(scale, "state_dict['scale']", **changes)
+        if "dynamic" in state_dict:
+            self.dynamic = check_bool("dynamic", state_dict["dynamic"])
+        self._state = RuleState(
+            self._state.scale,
+            good=int(state_dict.get("_growth_tracker", self._state.good)),
+            bad=int(state_dict.get("_bad_steps", self._state.bad)),
+            skipped=int(state_dict.get("_skipped_steps", self._state.skipped)),
+            skips_at_floor=int(state_dict.get("_skips_at_floor", self._state.skips_at_floor)),
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._enabled and len(self._per_optimizer_states) != 0:
+            raise AssertionError(
+                "A GradScaler instance may only be pickled at the beginning "
+                "of an iteration, or at the end after scaler.update()."
+            )
+        state = self.__dict__.copy()
+        # The scale tensor is rebuilt by the next scale(); optimizers are not the scaler's to keep.
+        state.update(_scale=None, _previous=[], _stepped=[])
+        return state
