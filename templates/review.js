@@ -2,7 +2,8 @@
 // jumping between warnings. The page reads fine without it (split view, plain anchors).
 //
 // State in the address, so a link can open the page as someone else saw it (and a test can too):
-//   ?view=unified        the view (also remembered in this browser once toggled)
+//   ?view=unified        the view (also remembered in this browser once toggled; without
+//                        either, split, or unified in a narrow window)
 //   #file-3              a file, as the file list links to it
 //   #f3-L47              line 47 of the original of file 3 (in either view; clicking a number
 //                        on the left side puts it in the address)
@@ -111,7 +112,9 @@
   }
 
   const asked = new URLSearchParams(window.location.search).get("view");
-  setView(VIEWS.includes(asked) ? asked : remembered() || "split", false);
+  // Without a choice, a narrow window gets the unified view: two code columns would not fit.
+  const fallback = window.innerWidth < 900 ? "unified" : "split";
+  setView(VIEWS.includes(asked) ? asked : remembered() || fallback, false);
   for (const button of document.querySelectorAll(".toggle button")) {
     button.addEventListener("click", () => {
       setView(button.dataset.view, true);
