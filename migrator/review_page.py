@@ -34,10 +34,10 @@ def _template(name: str) -> str:
 
 def message_html(message: str) -> str:
     """A finding's message, its `code` spans (Markdown backticks) as <code>, all text escaped."""
-    parts = _CODE_SPAN.split(message)
+    parts = _CODE_SPAN.split(message)  # odd indexes are the spans' contents
     return "".join(
-        f"<code>{html.escape(part)}</code>" if odd else html.escape(part)
-        for odd, part in zip([i % 2 == 1 for i in range(len(parts))], parts)
+        f"<code>{html.escape(part)}</code>" if i % 2 else html.escape(part)
+        for i, part in enumerate(parts)
     )
 
 
@@ -66,19 +66,22 @@ class _FileView:
         self.number = number
         self.outcome = outcome
         self.anchor = f"file-{number}"
-        self.old = _Source(outcome.old) if outcome.old is not None else None
-        self.new = _Source(outcome.new) if outcome.new is not None else self.old
+        # A failed file is shown by its reason only: its code did not parse.
+        shown = outcome.old is not None and outcome.status != "failed"
+        self.old = _Source(outcome.old) if shown else None
+        same = outcome.new is None or outcome.new == outcome.old
+        self.new = self.old if same else _Source(outcome.new)  # lexed once when unchanged
         self.hunks: list[Hunk] = []
         self.folded_after = 0
         self.notes: dict[int, list[Finding]] = {}
         self.loose: list[Finding] = []  # findings with no line of code to sit beside
         lines = len(self.old.lines) if self.old else 0
         for finding in outcome.findings:
-            if self.old and 1 <= finding.line <= lines and outcome.status != "failed":
+            if 1 <= finding.line <= lines:
                 self.notes.setdefault(finding.line, []).append(finding)
             else:
                 self.loose.append(finding)
-        if self.old and self.new and outcome.status != "failed":
+        if self.old and self.new:
             self.hunks, self.folded_after = layout(self.old.lines, self.new.lines, self.notes)
         changed = [b for h in self.hunks for b in h.blocks if not b.equal]
         self.added = sum(len(b.new) for b in changed)
@@ -97,7 +100,7 @@ class _FileView:
             counts.append(f'<span class="warn" title="warnings">\u26a0 {len(o.warnings)}</span>')
         folder = html.escape(folder + "/" if folder else "")
         return (
-            f'<li class="status-{o.status}"><a href="#{self.anchor}" data-file="{self.number}">'
+            f'<li class="status-{o.status}"><a href="#{self.anchor}">'
             f'<span class="dot" title="{o.status}"></span>'
             f'<span class="path"><span class="dir">{folder}</span>{html.escape(name)}</span>'
             f'<span class="counts">{"".join(counts)}</span></a></li>'

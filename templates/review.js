@@ -121,7 +121,9 @@
       follow(true);
     });
   }
-  document.getElementById("next-warning").addEventListener("click", nextWarning);
+  const next = document.getElementById("next-warning");
+  next.addEventListener("click", nextWarning);
+  next.disabled = !document.querySelector(".note.warning");
   document.addEventListener("keydown", (event) => {
     if (event.target.closest("input, textarea") || event.ctrlKey || event.metaKey) return;
     if (event.key === "n") nextWarning();
