@@ -1,10 +1,13 @@
-"""`make demo`: the library on its own, then the whole port of a GPU-style script, end to end.
+"""`make demo`: the library on its own, the whole port of a GPU-style script, then PyTorch.
 
 1. TensorFlow: a small fp16 model on a simulated saturating chip, trained with the matching overflow
    mode and with the wrong one, and on an IEEE device (library_demo.py; writes a PNG).
 2. Copy examples/train_fp16.py (a TF1 script written for tf.contrib.mixed_precision) to a build
    directory, show what `npu-migrate` would change and its report, apply the port, and train the
    ported script for a few hundred CPU steps with the loss-scale trace.
+3. PyTorch: the same lesson with npu_lossscale.torch.GradScaler, a small float16 model on a
+   simulated saturating chip trained in the matching mode and the wrong one, and on an IEEE device
+   (demo_torch.py).
 """
 
 from __future__ import annotations
@@ -41,11 +44,11 @@ def main() -> None:
     args = parser.parse_args()
     python = sys.executable
 
-    banner("1/2  npu_lossscale (TensorFlow): the overflow mode must match the device")
+    banner("1/3  npu_lossscale (TensorFlow): the overflow mode must match the device")
     plot = args.build_dir / "loss_scale.png"
     run(python, str(EXAMPLES / "library_demo.py"), "--steps", str(args.steps), "--plot", str(plot))
 
-    banner("2/2  npu-migrate: port examples/train_fp16.py, then train the ported script")
+    banner("2/3  npu-migrate: port examples/train_fp16.py, then train the ported script")
     build = args.build_dir / "port"
     shutil.rmtree(build, ignore_errors=True)
     build.mkdir(parents=True)
@@ -70,6 +73,9 @@ def main() -> None:
     print("A second run finds nothing left to port:", flush=True)
     run(python, "-m", "migrator", "--check", rel)
     run(python, rel, "--steps", str(args.steps))
+
+    banner("3/3  npu_lossscale.torch (PyTorch): the overflow mode must match the device")
+    run(python, str(EXAMPLES / "demo_torch.py"), "--steps", str(args.steps))
 
 
 if __name__ == "__main__":

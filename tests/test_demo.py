@@ -1,4 +1,4 @@
-"""The TensorFlow part of `make demo` shows what the overflow modes are for, without log noise."""
+"""The TensorFlow and PyTorch parts of `make demo` show what the overflow modes are for, quietly."""
 
 from __future__ import annotations
 
@@ -35,3 +35,36 @@ def test_library_demo_shows_the_wrong_mode_missing_every_overflow(tmp_path):
     assert not re.search(r"^[IWE]\d{4} |oneDNN|cpu_feature_guard|absl::InitializeLog", output, re.M)
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert str(plot) in output
+
+
+def test_torch_demo_shows_the_wrong_mode_missing_every_overflow():
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "demo_torch.py"), "--steps", "60"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert done.stderr == ""  # no warnings, no log lines: the tables only
+    output = done.stdout
+    # The summary table: true overflows and those the scaler caught (skipped), per run.
+    rows = {
+        title: (int(overflows), int(caught))
+        for title, overflows, caught in re.findall(
+            r"^(\S.*?)\s+(\d+)\s+(\d+)\s+\S+\s+\S+$", output, re.M
+        )
+        if title.startswith(("saturating chip", "IEEE device"))
+    }
+    right = rows["saturating chip, overflow_mode='saturation'"]
+    wrong = rows["saturating chip, overflow_mode='inf_nan' (wrong)"]
+    ieee = rows["IEEE device, overflow_mode='inf_nan'"]
+    assert right[1] == right[0] > 0
+    assert wrong[1] == 0 and wrong[0] >= right[0]
+    assert ieee[1] == ieee[0] > 0
+    caught = re.search(
+        r"matching mode caught (\d+) of (\d+) overflows; the wrong mode caught (\d+) of (\d+)",
+        output,
+    )
+    assert caught and tuple(map(int, caught.groups())) == (*right[::-1], *wrong[::-1]), output
+    # Scales one way throughout, as in the TensorFlow part: 2^32, never 4.29497e+09.
+    assert "2^32" in output and "e+" not in output
