@@ -6,7 +6,9 @@ script finishes, prints the ratio it exists to report, and rejects a nonsensical
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,8 @@ TOY_RUNS = {
     "distributed_overhead.py": ["--steps", "3", "--width", "8"],
     "migrate_speed.py": ["--files", "20"],
     "keras_overhead.py": ["--rounds", "2", "--steps", "2", "--width", "8", "--depth", "1"],
+    "torch_overhead.py": ["--quick"],
+    "torch_distributed_overhead.py": ["--quick"],
 }
 # What each script must print, once per figure it reports. At toy sizes the overheads are noise,
 # so a ratio may come out negative: only its presence is checked.
@@ -29,15 +33,18 @@ EXPECTED_RATIOS = {
     "distributed_overhead.py": (r"ratio all-reduced / local: (\S+)", 1),
     "migrate_speed.py": (r"ratio ours / tf_upgrade_v2: (\S+)", 1),
     "keras_overhead.py": (r"ratio ours-\S+ / keras overhead \(\w+\): (\S+) \(95% interval", 4),
+    "torch_overhead.py": (r"ratio ours-\S+ / stock overhead \(\w+\): (\S+) \(95% interval", 4),
+    "torch_distributed_overhead.py": (r"ratio all-reduced / local: (\S+)", 1),
 }
 
 
-def _run(script: str, args: list[str]) -> subprocess.CompletedProcess:
+def _run(script: str, args: list[str], **options) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(BENCHMARKS / script), *args],
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
+        **options,
     )
 
 
@@ -54,3 +61,46 @@ def test_overhead_rejects_zero_layouts() -> None:
     result = _run("overhead.py", ["--layouts", "0"])
     assert result.returncode == 2
     assert "--layouts must be at least 1, got 0" in result.stderr
+
+
+def test_torch_overhead_counts_host_reads_and_ours_adds_none() -> None:
+    result = _run("torch_overhead.py", ["--quick"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = re.findall(r"^  (bare|stock|ours-\S+)\s+(\d+)  \(", result.stdout, re.M)
+    reads = {variant: int(count) for variant, count in rows}
+    assert set(reads) == {"bare", "stock", "ours-inf_nan", "ours-saturation"}, result.stdout
+    # Stock's scaler reads found_inf once to decide the step: the counter must see that read.
+    assert reads["stock"] > reads["bare"]
+    assert reads["ours-inf_nan"] <= reads["stock"] and reads["ours-saturation"] <= reads["stock"]
+
+
+def _live_in_session(session: int) -> list[int]:
+    """Pids of the processes still running in ``session`` (Linux /proc)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended while we looked
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            alive.append(int(stat.parent.name))
+    return alive
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_torch_distributed_overhead_ends_its_ranks_at_the_time_limit() -> None:
+    process = subprocess.Popen(
+        [sys.executable, str(BENCHMARKS / "torch_distributed_overhead.py"), "--timeout", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # the ranks inherit the session: any left behind is found
+    )
+    try:
+        _, stderr = process.communicate(timeout=TIMEOUT_S)
+        assert process.returncode == 1, stderr[-3000:]
+        assert "did not finish within 2 s" in stderr or "a rank failed" in stderr, stderr[-3000:]
+        assert _live_in_session(process.pid) == []
+    finally:
+        for pid in _live_in_session(process.pid):
+            os.kill(pid, signal.SIGKILL)
