@@ -271,15 +271,22 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._sites.append(ImportSite(node, call, provider, self.scope(node)))
 
     def _provider(self, root: cst.Name) -> Assignment | None:
-        """The import that binds the root name of a reference."""
+        """The import that binds the root name of a reference (the first one where several do:
+        `import torch` and `import torch.jit` both bind `torch`)."""
         scope = self.scope(root)
         if scope is None:
             return None
         for access in scope.accesses:
             if access.node is root:
-                referents = list(access.referents)
-                if len(referents) == 1 and isinstance(referents[0], Assignment):
-                    return referents[0]
+                imports = [
+                    a
+                    for a in access.referents
+                    if isinstance(a, Assignment)
+                    and isinstance(a.node, (cst.Import, cst.ImportFrom))
+                ]
+                if len(imports) != len(access.referents):
+                    return None
+                return min(imports, key=lambda a: self.line(a.node), default=None)
         return None
 
     def _subclass(self, node: cst.CSTNode) -> cst.ClassDef | None:
@@ -315,7 +322,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             self._leave_npu_file()
             return
         self._unused_imports()
-        if not self.plan:
+        if not self._sites:
             return
         for binding in self._bindings:
             refs = self._references(binding)

@@ -1,12 +1,14 @@
 """Which name each ported reference gets, and where the npu_lossscale.torch import goes.
 
-A reference keeps its shape: a dotted one (`torch.cuda.amp.GradScaler`, `amp.GradScaler`)
-becomes `npu_lossscale.torch.GradScaler` with `import npu_lossscale.torch`; a bare name bound by
-`from ... import GradScaler [as Scaler]` keeps its name, imported from npu_lossscale.torch, when
-the port drops the torch import that bound it (otherwise it becomes `NPUGradScaler`). The import
-goes right after the statement that imported the torch name the reference started from, in the
-same block, so a function-local import stays local, and it takes that statement's place when the
-port removes the statement whole.
+A bare name bound by `from ... import GradScaler [as Scaler]` keeps its name: the import that
+bound it becomes `from npu_lossscale.torch import GradScaler [as Scaler]` (the line itself when
+the port empties it, else the line after). A dotted reference (`torch.cuda.amp.GradScaler`,
+`amp.GradScaler`) becomes a bare `GradScaler` where a rebound module-level import of that name
+reaches it, so a file ends up with one import of the ported class; otherwise it becomes
+`npu_lossscale.torch.GradScaler`, with `import npu_lossscale.torch` after the file's last torch
+import ahead of the first use, or after the function-local import it came from (a script that
+keeps torch out of module import keeps the port out too). Where the file's own name must stay
+torch's (a use the port leaves), the ported class is `NPUGradScaler`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import Assignment, Scope
+from libcst.metadata import Assignment, GlobalScope, Scope
 
 from migrator.codemods.torch import names
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from migrator.codemods.torch.analysis import TorchPlan
 
 Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
+Block = cst.Module | cst.IndentedBlock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +48,15 @@ class Conflict(Exception):
         self.reason = reason
 
 
+@dataclasses.dataclass
+class _Group:
+    """Sites needing one import line in one block: where it may go."""
+
+    block: Block
+    provider: int  # index in the block of the earliest providing statement
+    first_use: int  # index in the block of the first statement holding a site (module only)
+
+
 def plan_imports(
     sites: Sequence[ImportSite],
     plan: TorchPlan,
@@ -54,29 +66,57 @@ def plan_imports(
     """Fill `plan.refs` and `plan.after`; returns the statements imports were placed after.
 
     `removed` holds (id of import statement, local name) for the bindings the port drops.
-    Raises Conflict when a needed name is taken or the import has no block to go in.
+    Raises Conflict when a needed name is taken or an import has no block to go in.
     """
-    placed: dict[tuple[int, str], tuple[cst.BaseSuite | cst.Module, cst.SimpleStatementLine]] = {}
+    rebound = _rebound_names(sites, removed)
+    groups: dict[tuple[int, str], _Group] = {}
     for site in sites:
-        target, line = _naming(site, removed)
+        target, line = _naming(site, removed, rebound, parent)
         plan.refs[site.node] = target
         if line is None:
             continue
         statement, block = _home(site, parent)
-        key = (id(block), line)
-        if key not in placed or _index(block, statement) < _index(block, placed[key][1]):
-            placed[key] = (block, statement)
+        index = _index(block, statement)
+        use = _index(block, _child_of(site.node, block, parent)) if line.startswith("import") else 0
+        group = groups.setdefault((id(block), line), _Group(block, index, use))
+        group.provider = min(group.provider, index)
+        group.first_use = min(group.first_use, use)
     anchors: dict[cst.SimpleStatementLine, list[str]] = {}
-    for (_, line), (_, statement) in placed.items():
-        anchors.setdefault(statement, []).append(line)
+    for (_, line), group in groups.items():
+        anchors.setdefault(_anchor(group, line), []).append(line)
     for statement, lines in anchors.items():
         plan.after[statement] = sorted(lines)
     return list(anchors)
 
 
-def _naming(site: ImportSite, removed: set[tuple[int, str]]) -> tuple[str, str | None]:
+def _rebound_names(
+    sites: Sequence[ImportSite], removed: set[tuple[int, str]]
+) -> dict[str, Assignment]:
+    """Module-level names the port binds to the ported class in place of torch's."""
+    out: dict[str, Assignment] = {}
+    for site in sites:
+        provider = site.provider
+        if (
+            isinstance(site.node, cst.Name)
+            and provider is not None
+            and isinstance(provider.scope, GlobalScope)
+            and (id(provider.node), site.node.value) in removed
+        ):
+            out.setdefault(site.node.value, provider)
+    return out
+
+
+def _naming(
+    site: ImportSite,
+    removed: set[tuple[int, str]],
+    rebound: dict[str, Assignment],
+    parent: Parent,
+) -> tuple[str, str | None]:
     """The dotted name the reference becomes, and the import line it needs (None: present)."""
     if isinstance(site.node, cst.Attribute):
+        assignment = rebound.get(names.CLASS)
+        if assignment is not None and _reaches(site, names.CLASS, assignment, parent):
+            return names.CLASS, None
         top = names.LIBRARY.split(".")[0]
         bound = _bound(site.scope, top)
         if not bound:
@@ -97,6 +137,17 @@ def _naming(site: ImportSite, removed: set[tuple[int, str]]) -> tuple[str, str |
     return names.FALLBACK, f"from {names.LIBRARY} import {names.CLASS} as {names.FALLBACK}"
 
 
+def _reaches(site: ImportSite, local: str, assignment: Assignment, parent: Parent) -> bool:
+    """Whether `local` means the rebound module-level import at the site, which runs after it."""
+    if _bound(site.scope, local) != [assignment]:
+        return False
+    statement = parent(assignment.node)
+    module = parent(statement) if statement is not None else None
+    if not isinstance(module, cst.Module) or statement is None:
+        return False
+    return _index(module, _child_of(site.node, module, parent)) > _index(module, statement)
+
+
 def _bound(scope: Scope | None, name: str) -> list[object]:
     if scope is None or name not in scope:
         return []
@@ -112,12 +163,9 @@ def _imports_library(assignment: object) -> bool:
     )
 
 
-def _home(
-    site: ImportSite, parent: Parent
-) -> tuple[cst.SimpleStatementLine, cst.BaseSuite | cst.Module]:
+def _home(site: ImportSite, parent: Parent) -> tuple[cst.SimpleStatementLine, Block]:
     """The statement importing the reference's root name, and the block holding it."""
-    provider = site.provider
-    node = getattr(provider, "node", None)
+    node = getattr(site.provider, "node", None)
     if not isinstance(node, (cst.Import, cst.ImportFrom)):
         raise Conflict(site.node, "the import binding this name cannot be found")
     statement = parent(node)
@@ -129,6 +177,44 @@ def _home(
     return statement, block
 
 
-def _index(block: cst.BaseSuite | cst.Module, statement: cst.CSTNode) -> int:
-    body = getattr(block, "body", ())
-    return next(i for i, s in enumerate(body) if s is statement)
+def _anchor(group: _Group, line: str) -> cst.SimpleStatementLine:
+    """After the providing import; `import npu_lossscale.torch` at module level goes after the
+    last torch import before the first use instead, with the file's other torch imports."""
+    body = group.block.body
+    chosen = group.provider
+    if line.startswith("import") and isinstance(group.block, cst.Module):
+        for index in range(group.provider, max(group.first_use, group.provider + 1)):
+            if _is_torch_import(body[index]):
+                chosen = index
+    statement = body[chosen]
+    assert isinstance(statement, cst.SimpleStatementLine)
+    return statement
+
+
+def _is_torch_import(statement: cst.CSTNode) -> bool:
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    modules = []
+    for small in statement.body:
+        if isinstance(small, cst.Import):
+            modules += [a.name for a in small.names]
+        elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None:
+            modules.append(small.module)
+        else:
+            return False
+    return all(names.is_torch_module(cst.Module([]).code_for_node(m)) for m in modules)
+
+
+def _child_of(node: cst.CSTNode, block: cst.CSTNode, parent: Parent) -> cst.CSTNode | None:
+    """The statement of `block` that holds `node`."""
+    current: cst.CSTNode | None = node
+    while current is not None:
+        up = parent(current)
+        if up is block:
+            return current
+        current = up
+    return None
+
+
+def _index(block: Block, statement: cst.CSTNode | None) -> int:
+    return next((i for i, s in enumerate(block.body) if s is statement), -1)
