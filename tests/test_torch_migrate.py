@@ -1,0 +1,271 @@
+"""The PyTorch port (torch's GradScaler -> npu_lossscale.torch.GradScaler) through the real CLI.
+
+Fixtures in tests/fixtures/migrator/torch/cases are training scripts in the shapes real code uses
+(a plain loop, `from torch.cuda.amp import GradScaler, autocast` with positional settings,
+`torch.amp.GradScaler("cuda", ...)`, yolov5's `from torch.cuda import amp`, detectron2's trainer
+with a `grad_scaler=None` parameter, aliases, torch-npu, look-alikes, unportable uses); their
+ported forms in ../expected were checked by hand against the rules. Structural checks re-read
+the output with `ast`, so a wrong port cannot pass by matching a wrong expected file.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_runner import cli_env, run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures" / "migrator" / "torch"
+EXPECTED = sorted(p.name for p in (FIXTURES / "expected").glob("*.py"))
+UNCHANGED = ["not_torch.py", "on_torch_npu.py", "unportable.py"]
+TORCH_SCALERS = ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cpu.amp.GradScaler")
+
+
+@pytest.fixture(scope="module")
+def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Port every case once (one CLI run), then check the output again (must be a no-op)."""
+    root = tmp_path_factory.mktemp("torch")
+    src, out = root / "src", root / "out"
+    shutil.copytree(FIXTURES / "cases", src)
+    first = run_cli("--output-dir", out, "--report", root / "report.json", "--no-color", src)
+    assert first.returncode == 0, first.stderr
+    again = run_cli("--check", "--report", root / "again.json", out)
+    return {
+        "src": src,
+        "out": out,
+        "stderr": first.stderr,
+        "report": json.loads((root / "report.json").read_text(encoding="utf-8")),
+        "again": again,
+        "again_report": json.loads((root / "again.json").read_text(encoding="utf-8")),
+    }
+
+
+def _findings(report: dict, name: str, kind: str | None = None) -> list[dict]:
+    return [
+        f
+        for f in report["findings"]
+        if Path(f["path"]).name == name and (kind is None or f["kind"] == kind)
+    ]
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_ported_file_matches_expected(ported: dict, name: str) -> None:
+    out = (ported["out"] / name).read_bytes()
+    assert out == (FIXTURES / "expected" / name).read_bytes()
+    assert out != (FIXTURES / "cases" / name).read_bytes()
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_ported_file_names_no_torch_scaler_and_imports_the_library(ported: dict, name: str) -> None:
+    """Independent of the expected files: no torch scaler is reached any more, every scaler call
+    goes to a name the file imports from npu_lossscale.torch, and the file still compiles."""
+    source = (ported["out"] / name).read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    compile(source, name, "exec")
+    dotted = {_dotted(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert not dotted & set(TORCH_SCALERS)
+    from_library = {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module == "npu_lossscale.torch"
+        for a in n.names
+    }
+    module_imported = any(
+        isinstance(n, ast.Import) and any(a.name == "npu_lossscale.torch" for a in n.names)
+        for n in ast.walk(tree)
+    )
+    calls = [
+        _dotted(n.func)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and _dotted(n.func).endswith(("GradScaler", "Scaler"))
+    ]
+    assert calls
+    for func in calls:
+        assert func in from_library or (
+            func == "npu_lossscale.torch.GradScaler" and module_imported
+        )
+    assert not any(
+        isinstance(n, ast.ImportFrom)
+        and n.module in ("torch.cuda.amp", "torch.amp")
+        and any(a.name == "GradScaler" for a in n.names)
+        for n in ast.walk(tree)
+    )
+
+
+def test_second_run_changes_nothing(ported: dict) -> None:
+    assert ported["again"].returncode == 0, ported["again"].stdout
+    assert ported["again"].stdout == ""
+    assert not [f for f in ported["again_report"]["findings"] if f["kind"] == "change"]
+
+
+@pytest.mark.parametrize("name", UNCHANGED)
+def test_unportable_or_foreign_files_stay_byte_identical(ported: dict, name: str) -> None:
+    assert not (ported["out"] / name).exists()  # nothing written: nothing changed
+    assert not _findings(ported["report"], name, "change")
+
+
+def test_positional_settings_are_passed_by_name(ported: dict) -> None:
+    tree = ast.parse((ported["out"] / "from_import_positional.py").read_text(encoding="utf-8"))
+    (call,) = [
+        n for n in ast.walk(tree) if isinstance(n, ast.Call) and _dotted(n.func) == "GradScaler"
+    ]
+    assert not call.args
+    given = {k.arg: ast.unparse(k.value) for k in call.keywords}
+    assert given == {
+        "init_scale": "2.0 ** 14",
+        "growth_factor": "2.0",
+        "backoff_factor": "0.5",
+        "growth_interval": "1000",
+        "enabled": "cfg.fp16",
+    }
+
+
+def test_cuda_device_is_dropped_and_later_positionals_named(ported: dict) -> None:
+    tree = ast.parse((ported["out"] / "amp_device.py").read_text(encoding="utf-8"))
+    calls = {
+        ast.unparse(n.targets[0]): n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+    }
+    keywords = {name: {k.arg for k in call.keywords} for name, call in calls.items()}
+    assert all(not c.args for c in calls.values())
+    assert keywords["main"] == {"init_scale", "growth_interval"}
+    assert keywords["keyword"] == {"enabled"}
+    assert keywords["moved"] == {"init_scale", "growth_factor"}
+    assert keywords["default"] == set()
+    assert keywords["chosen"] == {"device", "enabled"}  # an expression is kept, with a warning
+    warnings = _findings(ported["report"], "amp_device.py", "warning")
+    assert any(f["rule"] == "torch-device" and f["line"] == 11 for f in warnings)
+    drops = [
+        f
+        for f in _findings(ported["report"], "amp_device.py", "change")
+        if "dropped" in f["message"]
+    ]
+    assert [f["line"] for f in drops] == [6, 7, 8, 17]
+
+
+def test_report_has_each_change_with_its_line(ported: dict) -> None:
+    changes = {
+        (f["line"], f["rule"]) for f in _findings(ported["report"], "trainer_class.py", "change")
+    }
+    assert changes == {
+        (5, "torch-import"),  # `GradScaler` moves from torch.cuda.amp to npu_lossscale.torch
+        (26, "torch-grad-scaler"),  # the Optional[...] annotation
+        (30, "torch-grad-scaler"),  # GradScaler() in __init__
+        (47, "torch-grad-scaler"),  # isinstance()
+    }
+    yolo = {(f["line"], f["rule"]) for f in _findings(ported["report"], "yolo_style.py", "change")}
+    assert yolo == {(6, "torch-import"), (12, "torch-grad-scaler")}
+
+
+def test_transfer_to_npu_note_once_per_ported_file(ported: dict) -> None:
+    notes = [f for f in ported["report"]["findings"] if "transfer_to_npu" in f["message"]]
+    assert sorted(Path(f["path"]).name for f in notes) == EXPECTED
+    assert all(f["kind"] == "warning" and f["rule"] == "torch-device" for f in notes)
+
+
+def test_torch_npu_file_is_left_with_a_note(ported: dict) -> None:
+    (note,) = _findings(ported["report"], "on_torch_npu.py")
+    assert (note["line"], note["rule"], note["kind"]) == (7, "torch-npu", "warning")
+    assert "torch_npu.npu.amp.GradScaler" in note["message"]
+
+
+def test_look_alikes_are_not_touched_or_reported(ported: dict) -> None:
+    assert _findings(ported["report"], "not_torch.py") == []
+
+
+def test_unportable_uses_are_reported_where_they_are(ported: dict) -> None:
+    found = {(f["line"], f["rule"]) for f in _findings(ported["report"], "unportable.py")}
+    assert found == {
+        (8, "torch-grad-scaler"),  # subclassed
+        (14, "torch-grad-scaler"),  # GradScaler and ShardedGradScaler stored as values
+        (19, "torch-grad-scaler"),  # **kwargs
+        (20, "torch-grad-scaler"),  # functools.partial(torch.cuda.amp.GradScaler, ...)
+    }
+    messages = " ".join(f["message"] for f in _findings(ported["report"], "unportable.py"))
+    for reason in ("subclasses", "as a value", "**-arguments", "no npu_lossscale counterpart"):
+        assert reason in messages
+
+
+def test_value_use_keeps_torch_name_and_ports_the_rest(tmp_path: Path) -> None:
+    """A name that must stay torch's (used as a value) is kept; the call next to it gets the
+    ported class under another name, so neither use changes meaning behind the user's back."""
+    (tmp_path / "t.py").write_text(
+        "from torch.cuda.amp import GradScaler\n\n"
+        "FACTORY = GradScaler\n"
+        "scaler = GradScaler(enabled=True)\n",
+        encoding="utf-8",
+    )
+    proc = run_cli("--write", tmp_path / "t.py")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "t.py").read_text(encoding="utf-8") == (
+        "from torch.cuda.amp import GradScaler\n"
+        "from npu_lossscale.torch import GradScaler as NPUGradScaler\n\n"
+        "FACTORY = GradScaler\n"
+        "scaler = NPUGradScaler(enabled=True)\n"
+    )
+    assert "t.py:3: torch-grad-scaler:" in proc.stderr
+
+
+def test_crlf_and_encoding_survive(tmp_path: Path) -> None:
+    source = (
+        "# -*- coding: gbk -*-\r\n# 混合精度\r\nimport torch\r\n\r\n"
+        "scaler = torch.cuda.amp.GradScaler(enabled=True)  # 缩放\r\n"
+    ).encode("gbk")
+    (tmp_path / "g.py").write_bytes(source)
+    proc = run_cli("--write", tmp_path / "g.py")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "g.py").read_bytes() == (
+        "# -*- coding: gbk -*-\r\n# 混合精度\r\nimport torch\r\nimport npu_lossscale.torch\r\n\r\n"
+        "scaler = npu_lossscale.torch.GradScaler(enabled=True)  # 缩放\r\n"
+    ).encode("gbk")
+
+
+def test_run_on_torch_scripts_never_imports_torch(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "cases", tmp_path / "cases")
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "migrator", "cases"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    modules = {
+        line.rsplit("|", 1)[1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "migrator.codemods.torch.analysis" in modules
+    assert not any(m.split(".")[0] in {"torch", "torch_npu", "tensorflow"} for m in modules)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        b"from torch.cuda.amp import GradScaler\ns = GradScaler()\n",
+        b"import torch\ns = torch.amp.GradScaler('cuda')\n",
+        b"from torch.cuda import amp\ns = amp.GradScaler()\n",
+        b"import torch.cuda.amp as A\ns = A.GradScaler()\n",
+        b"from torch.cuda.amp import GradScaler as S\ns = S()\n",
+    ],
+)
+def test_triage_lets_scaler_files_through(source: bytes) -> None:
+    from migrator.prefilter import might_need_migration
+    from migrator.triage import verdict
+
+    assert might_need_migration(source)
+    assert verdict(source) == "full"
