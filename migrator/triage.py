@@ -30,6 +30,7 @@ import posixpath
 import tokenize
 from typing import Literal
 
+from migrator import pytree
 from migrator.prefilter import might_need_loss_scale_added
 
 # In what an import of TensorFlow, Keras, torch or Horovod reaches (the import statement itself
@@ -78,7 +79,7 @@ FRAMEWORKS: frozenset[str] = frozenset(
 )
 
 
-class _Names(ast.NodeVisitor):
+class _Names:
     """The identifiers through which a module can reach an API, found the way imports bind them."""
 
     def __init__(self) -> None:
@@ -127,8 +128,7 @@ class _Names(ast.NodeVisitor):
         chain, root = _chain(node)
         self.code.update(chain)
         if root is None:
-            self.visit(_innermost(node))  # a call's or subscript's own names
-            return
+            return  # a call's or subscript's own names are walked on their own
         self.code.add(root)
         module = self.bound.get(root)
         if module is None:
@@ -149,7 +149,6 @@ class _Names(ast.NodeVisitor):
                     root = target.id
                 dotted = [*self.bound.get(root or "", root or "").split("."), *chain]
                 self.dynamic |= "contrib" in dotted
-        self.generic_visit(node)
 
 
 def _chain(node: ast.Attribute) -> tuple[list[str], str | None]:
@@ -163,20 +162,26 @@ def _chain(node: ast.Attribute) -> tuple[list[str], str | None]:
     return chain, value.id if isinstance(value, ast.Name) else None
 
 
-def _innermost(node: ast.Attribute) -> ast.expr:
-    value: ast.expr = node
-    while isinstance(value, ast.Attribute):
-        value = value.value
-    return value
-
-
 def _names(tree: ast.AST) -> _Names:
+    """One flat walk (a NodeVisitor's recursive dispatch costs twice as much on long files);
+    an attribute inside a longer chain repeats a prefix of what the chain adds, so visiting
+    every node gives the same sets."""
     found = _Names()
+    nodes = list(ast.walk(tree))
     # Imports first, wherever they are (function-local ones too), so every chain sees its root.
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.visit(node)
-    found.visit(tree)
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.visit_Import(node)
+        elif isinstance(node, ast.ImportFrom):
+            found.visit_ImportFrom(node)
+    for node in nodes:
+        kind = type(node)
+        if kind is ast.Name:
+            found.visit_Name(node)
+        elif kind is ast.Attribute:
+            found.visit_Attribute(node)
+        elif kind is ast.Call:
+            found.visit_Call(node)
     return found
 
 
@@ -203,7 +208,7 @@ def _read(source: bytes) -> _Names | None:
     try:
         # ast.parse takes undecodable bytes that libcst refuses: check the decoding as it will.
         source.decode(tokenize.detect_encoding(io.BytesIO(source).readline)[0])
-        tree = ast.parse(source)
+        tree = pytree.parse(source)
     except (SyntaxError, ValueError, UnicodeDecodeError, LookupError, RecursionError, MemoryError):
         return None  # the full pass reports the failure in its own words
     return _names(tree)
