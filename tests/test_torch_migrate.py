@@ -5,7 +5,8 @@ Fixtures in tests/fixtures/migrator/torch/cases are training scripts in the shap
 `torch.amp.GradScaler("cuda", ...)`, yolov5's `from torch.cuda import amp`, detectron2's trainer
 with a `grad_scaler=None` parameter, aliases, torch-npu, look-alikes, unportable uses); their
 ported forms in ../expected were checked by hand against the rules. Structural checks re-read
-the output with `ast`, so a wrong port cannot pass by matching a wrong expected file.
+the output with `ast`, so a wrong port cannot pass by matching a wrong expected file. The DDP
+fixture is ported and then trained on two CPU workers with the library's GradScaler.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import ast
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -269,3 +271,41 @@ def test_triage_lets_scaler_files_through(source: bytes) -> None:
 
     assert might_need_migration(source)
     assert verdict(source) == "full"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_ported_ddp_script_trains_on_cpu_with_the_library_scaler(tmp_path: Path) -> None:
+    """Port the DDP fixture, then train it on two gloo workers on the CPU with an infinite loss
+    on rank 0 at step 5: the ported scaler skips that step on both ranks (weights untouched,
+    scale halved), the ranks end with identical weights, and the loss still falls."""
+    script = tmp_path / "train_ddp.py"
+    shutil.copy(FIXTURES / "ddp" / "train_ddp.py", script)
+    proc = run_cli("--write", script)
+    assert proc.returncode == 0, proc.stderr
+    text = script.read_text(encoding="utf-8")
+    assert "scaler = npu_lossscale.torch.GradScaler(enabled=args.amp)" in text
+    assert "torch.cuda.amp" not in text
+    summary = tmp_path / "summary.json"
+    args = ["--world-size", "2", "--device", "cpu", "--inf-at", "5", "--steps", "16"]
+    run = subprocess.run(
+        [sys.executable, str(script), *args, "--port", str(_free_port()), "--summary", summary],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(summary.read_text(encoding="utf-8"))
+    assert result["scaler"].startswith("npu_lossscale.torch.")
+    scales, norms, losses = result["scales"], result["norms"], result["losses"]
+    assert scales[:5] == [2.0**16] * 5 and scales[5] == 2.0**15
+    assert norms[5] == norms[4]  # the overflowed step changed no weight
+    assert norms[6] != norms[5]  # the next clean step did
+    assert result["finite"] and result["ranks_agree"]
+    assert max(losses[-3:]) < losses[0] / 4
