@@ -1,0 +1,716 @@
+"""npu_lossscale.torch.GradScaler on real torch modules, optimizers and backward passes (CPU).
+
+Stock `torch.amp.GradScaler("cpu")` runs beside ours wherever they must agree (clean steps, the
+inf/NaN decision, clipping, sparse gradients) and as the control where they must not (one decision
+per update, the floor, saturation). Gradients are steered exactly with a probe: a bias-free
+Linear(1, 1) whose loss is w * a has the gradient a, a * S once the loss is scaled by S, which
+makes the saturation boundary (|g_scaled| >= 65504) testable to the last unit.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+
+from npu_lossscale.rule import DynamicRule, run
+from npu_lossscale.torch import (
+    ExponentialUpdateLossScaleManager,
+    FixedLossScaleManager,
+    GradScaler,
+    OverflowMode,
+)
+
+INF = math.inf
+X = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+Y = torch.randn(16, 1, generator=torch.Generator().manual_seed(1))
+
+
+def _mlp(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+
+
+def _poisoned(value: float = INF) -> torch.Tensor:
+    x = X.clone()
+    x[0, 0] = value
+    return x
+
+
+def _loss(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return ((model(x) - Y) ** 2).mean()
+
+
+def _train_step(
+    scaler: torch.amp.GradScaler,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    clip: float | None = None,
+) -> None:
+    optimizer.zero_grad()
+    scaler.scale(_loss(model, x)).backward()
+    if clip is not None:
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def _snapshot(model: nn.Module, *optimizers: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Every parameter and every tensor of the optimizers' state (moments, step counts)."""
+    tensors = [p.detach().clone() for p in model.parameters()]
+    for optimizer in optimizers:
+        for state in optimizer.state.values():
+            tensors += [v.clone() for _, v in sorted(state.items()) if torch.is_tensor(v)]
+    return tensors
+
+
+def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def _probe(a: float, scaler: GradScaler, lr: float = 1e-3) -> tuple[nn.Linear, bool]:
+    """One step whose only gradient is a * S; returns the probe and whether it moved."""
+    probe = nn.Linear(1, 1, bias=False)
+    nn.init.ones_(probe.weight)
+    optimizer = torch.optim.SGD(probe.parameters(), lr=lr)
+    scaler.scale(probe(torch.tensor([[a]])).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return probe, not torch.equal(probe.weight.detach(), torch.ones(1, 1))
+
+
+def _host_reads(step: object) -> int:
+    """How many times ``step()`` read a tensor value back to the host (aten::item's kernel)."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense")
+
+
+# -- the public surface ---------------------------------------------------------------------------
+
+
+def _parameters(function: object) -> list[tuple[str, str, object]]:
+    return [
+        (p.name, p.kind.name, p.default) for p in inspect.signature(function).parameters.values()
+    ]
+
+
+def test_signatures_are_the_contracts() -> None:
+    positional, keyword = "POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY"
+    assert _parameters(GradScaler) == [
+        ("device", positional, "auto"),
+        ("init_scale", positional, 2.0**16),
+        ("growth_factor", positional, 2.0),
+        ("backoff_factor", positional, 0.5),
+        ("growth_interval", positional, 2000),
+        ("enabled", positional, True),
+        ("dynamic", keyword, True),
+        ("overflow_mode", keyword, "auto"),
+        ("is_distributed", keyword, None),
+        ("process_group", keyword, None),
+        ("decr_every_n_nan_or_inf", keyword, 1),
+        ("min_loss_scale", keyword, 1.0),
+        ("max_loss_scale", keyword, None),
+        ("max_skipped_steps_at_floor", keyword, None),
+    ]
+    stock = [name for name, _, _ in _parameters(torch.amp.GradScaler)]
+    assert [name for name, _, _ in _parameters(GradScaler)][:6] == stock
+    assert _parameters(GradScaler.from_manager) == [
+        ("manager", positional, inspect.Parameter.empty),
+        ("device", keyword, "auto"),
+        ("is_distributed", keyword, None),
+        ("process_group", keyword, None),
+    ]
+    assert _parameters(FixedLossScaleManager) == [
+        ("loss_scale", positional, inspect.Parameter.empty),
+        ("enable_overflow_check", positional, True),
+        ("overflow_mode", keyword, "auto"),
+        ("is_distributed", keyword, None),
+    ]
+    assert _parameters(ExponentialUpdateLossScaleManager) == [
+        ("init_loss_scale", positional, inspect.Parameter.empty),
+        ("incr_every_n_steps", positional, inspect.Parameter.empty),
+        ("decr_every_n_nan_or_inf", positional, 2),
+        ("incr_ratio", positional, 2),
+        ("decr_ratio", positional, 0.8),
+        ("overflow_mode", keyword, "auto"),
+        ("is_distributed", keyword, None),
+        ("min_loss_scale", keyword, 1.0),
+        ("max_loss_scale", keyword, None),
+        ("max_skipped_steps_at_floor", keyword, None),
+    ]
+    assert issubclass(GradScaler, torch.amp.GradScaler)
+    assert OverflowMode("SATURATION") is OverflowMode.SATURATION
+
+
+def test_imports_stay_apart() -> None:
+    """The package root never loads torch, and the torch front-end never loads TensorFlow."""
+    code = (
+        "import sys, npu_lossscale\n"
+        "assert 'torch' not in sys.modules, 'npu_lossscale imported torch'\n"
+        "import npu_lossscale.torch\n"
+        "assert 'tensorflow' not in sys.modules, 'npu_lossscale.torch imported tensorflow'\n"
+        "assert 'torch_npu' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_auto_device_and_mode_off_the_chip(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INF_NAN_MODE_ENABLE", raising=False)
+    scaler = GradScaler()
+    assert scaler._device == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert scaler.overflow_mode is OverflowMode.INF_NAN
+    monkeypatch.setenv("INF_NAN_MODE_ENABLE", "0")
+    assert GradScaler("cpu").overflow_mode is OverflowMode.SATURATION
+    assert GradScaler("cpu", overflow_mode="inf_nan").overflow_mode is OverflowMode.INF_NAN
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        (dict(growth_interval=0), "growth_interval"),
+        (dict(backoff_factor=1.0), "backoff_factor"),
+        (dict(growth_factor=1.0), "growth_factor"),
+        (dict(init_scale=0.5), "init_scale"),
+        (dict(init_scale=float("nan")), "init_scale"),
+        (dict(decr_every_n_nan_or_inf=0), "decr_every_n_nan_or_inf"),
+        (dict(min_loss_scale=8, max_loss_scale=4, init_scale=4), "min_loss_scale"),
+        (dict(max_skipped_steps_at_floor=0), "max_skipped_steps_at_floor"),
+        (dict(overflow_mode="bogus"), "overflow_mode"),
+        (dict(is_distributed="yes"), "is_distributed"),
+        (dict(dynamic=2), "dynamic"),
+        (dict(enabled="no"), "enabled"),
+        (dict(device=1024.0), r"init_scale=\.\.\."),
+    ],
+)
+def test_bad_arguments_name_themselves(arguments: dict, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        GradScaler(**{"device": "cpu", **arguments})
+
+
+def test_setters_and_managers_validate_too() -> None:
+    scaler = GradScaler("cpu")
+    with pytest.raises(ValueError, match="growth_interval"):
+        scaler.set_growth_interval(0)
+    with pytest.raises(ValueError, match="backoff_factor"):
+        scaler.set_backoff_factor(2.0)
+    scaler.set_growth_factor(4.0)
+    assert scaler.get_growth_factor() == 4.0 and scaler.state_dict()["growth_factor"] == 4.0
+    with pytest.raises(ValueError, match="init_loss_scale"):
+        ExponentialUpdateLossScaleManager(0.5, 10)
+    with pytest.raises(ValueError, match="loss_scale"):
+        FixedLossScaleManager(0)
+    with pytest.raises(ValueError, match="is_distributed"):
+        FixedLossScaleManager(8, is_distributed="no")
+
+
+# -- the training loop ----------------------------------------------------------------------------
+
+
+def test_drop_in_for_stock_clean_and_overflowed_steps() -> None:
+    """Same rule as stock where stock's rule is the contract: bitwise the same parameters, Adam
+    state and scale after clean steps, a growth and an inf-skipped step."""
+    ours_model, stock_model = _mlp(), _mlp()
+    ours_opt = torch.optim.Adam(ours_model.parameters(), 1e-2)
+    stock_opt = torch.optim.Adam(stock_model.parameters(), 1e-2)
+    ours, stock = (
+        GradScaler("cpu", growth_interval=3),
+        torch.amp.GradScaler("cpu", growth_interval=3),
+    )
+    for i in range(8):
+        x = _poisoned() if i == 4 else X
+        _train_step(ours, ours_model, ours_opt, x)
+        _train_step(stock, stock_model, stock_opt, x)
+        assert ours.get_scale() == stock.get_scale(), i
+        assert _same(_snapshot(ours_model, ours_opt), _snapshot(stock_model, stock_opt)), i
+    assert ours.get_scale() == 2.0**17
+    assert ours.skipped_steps == 1 and ours.last_step_applied is True
+
+
+@pytest.mark.parametrize("poison", [INF, -INF, math.nan])
+def test_overflowed_step_changes_nothing(poison: float) -> None:
+    model = _mlp()
+    optimizer = torch.optim.Adam(model.parameters(), 1e-2)
+    scaler = GradScaler("cpu", init_scale=1024.0)
+    _train_step(scaler, model, optimizer, X)
+    before = _snapshot(model, optimizer)
+    _train_step(scaler, model, optimizer, _poisoned(poison))
+    assert _same(_snapshot(model, optimizer), before)
+    assert [s["step"].item() for s in optimizer.state.values()] == [1.0] * 4
+    assert scaler.skipped_steps == 1 and scaler.last_step_applied is False
+    assert scaler.get_scale() == 512.0
+    _train_step(scaler, model, optimizer, X)
+    assert scaler.last_step_applied is True and not _same(_snapshot(model, optimizer), before)
+
+
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+def test_unscale_and_clip_between_backward_and_step(mode: str) -> None:
+    """Clipping sees the true gradients: both modes unscale exactly as stock does."""
+    ours_model, stock_model = _mlp(), _mlp()
+    ours_opt = torch.optim.SGD(ours_model.parameters(), 0.1)
+    stock_opt = torch.optim.SGD(stock_model.parameters(), 0.1)
+    ours = GradScaler("cpu", init_scale=4096.0, overflow_mode=mode)
+    stock = torch.amp.GradScaler("cpu", init_scale=4096.0)
+    for _ in range(3):
+        _train_step(ours, ours_model, ours_opt, X, clip=0.05)
+        _train_step(stock, stock_model, stock_opt, X, clip=0.05)
+    assert _same(_snapshot(ours_model), _snapshot(stock_model))
+    with pytest.raises(RuntimeError, match="already been called"):
+        ours.scale(_loss(ours_model, X)).backward()
+        ours.unscale_(ours_opt)
+        ours.unscale_(ours_opt)
+
+
+@pytest.mark.parametrize(
+    ("a", "saturation_skips", "inf_nan_skips"),
+    [
+        (65504.0 / 65536.0, True, False),  # scaled gradient exactly 65504
+        (-65504.0 / 65536.0, True, False),
+        (65503.99609375 / 65536.0, False, False),  # one float32 step below
+        (1e30, True, False),  # finite and huge: only saturation mode sees it
+        (INF, True, True),
+        (math.nan, True, True),
+    ],
+)
+def test_the_two_modes_decide_as_the_tf_front_ends(
+    a: float, saturation_skips: bool, inf_nan_skips: bool
+) -> None:
+    for mode, skips in (("saturation", saturation_skips), ("inf_nan", inf_nan_skips)):
+        scaler = GradScaler("cpu", init_scale=2.0**16, overflow_mode=mode)
+        _, moved = _probe(a, scaler)
+        assert scaler.last_step_applied is not skips, mode
+        assert moved is not skips, mode
+        assert scaler.skipped_steps == int(skips)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_autocast_on_the_cpu(dtype: torch.dtype) -> None:
+    model = _mlp()
+    optimizer = torch.optim.Adam(model.parameters(), 1e-2)
+    scaler = GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
+    losses = []
+    for _ in range(6):
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=dtype):
+            loss = _loss(model, X)
+        assert loss.dtype == torch.float32  # mse_loss autocasts to float32
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.item())
+    assert scaler.skipped_steps == 0 and losses[-1] < losses[0]
+    assert scaler.get_scale() == 2.0**13
+    if dtype is torch.float16:  # activations past 65504 become inf in float16
+        before = _snapshot(model, optimizer)
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=dtype):
+            loss = _loss(model, X * 1e5)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        assert scaler.last_step_applied is False and _same(_snapshot(model, optimizer), before)
+
+
+# -- several optimizers, None and sparse gradients ------------------------------------------------
+
+
+class _TwoParts(nn.Module):
+    """Two parts with an optimizer each; an inf in ``y`` overflows only part b's gradients."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(4, 1), nn.Linear(4, 1)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return ((self.a(x) - Y) ** 2).mean() + ((self.b(y) - Y) ** 2).mean()
+
+
+def _two_part_update(
+    scaler: torch.amp.GradScaler,
+    model: _TwoParts,
+    optimizers: list[torch.optim.Optimizer],
+    y: torch.Tensor,
+    unscale_first: bool = False,
+) -> None:
+    for optimizer in optimizers:
+        optimizer.zero_grad()
+    scaler.scale(model.loss(X, y)).backward()
+    if unscale_first:
+        for optimizer in optimizers:
+            scaler.unscale_(optimizer)
+    for optimizer in optimizers:
+        scaler.step(optimizer)
+    scaler.update()
+
+
+def _two_parts() -> tuple[_TwoParts, list[torch.optim.Optimizer]]:
+    model = _TwoParts()
+    return model, [
+        torch.optim.Adam(model.a.parameters(), 1e-2),
+        torch.optim.SGD(model.b.parameters(), 0.1),
+    ]
+
+
+def test_several_optimizers_one_decision_where_stock_applies_half() -> None:
+    ours_model, ours_opts = _two_parts()
+    stock_model, stock_opts = _two_parts()
+    ours, stock = GradScaler("cpu"), torch.amp.GradScaler("cpu")
+    _two_part_update(ours, ours_model, ours_opts, X)
+    _two_part_update(stock, stock_model, stock_opts, X)
+    ours_before = _snapshot(ours_model, *ours_opts)
+    stock_before = _snapshot(stock_model.a, stock_opts[0])
+
+    reads = _host_reads(lambda: _two_part_update(ours, ours_model, ours_opts, _poisoned()))
+    _two_part_update(stock, stock_model, stock_opts, _poisoned())
+    assert _same(_snapshot(ours_model, *ours_opts), ours_before)  # neither part moved
+    assert ours.skipped_steps == 1 and ours.last_step_applied is False
+    assert reads == 1  # one decision for both optimizers (stock reads once per optimizer)
+    assert not _same(_snapshot(stock_model.a, stock_opts[0]), stock_before)  # stock moved part a
+
+
+def test_several_optimizers_in_the_first_update() -> None:
+    """unscale_ on each before the first step covers all of them from the first update; without
+    it, an optimizer new to the scaler is judged at its own step (documented in step())."""
+    model, optimizers = _two_parts()
+    scaler = GradScaler("cpu")
+    before = _snapshot(model, *optimizers)
+    _two_part_update(scaler, model, optimizers, _poisoned(), unscale_first=True)
+    assert _same(_snapshot(model, *optimizers), before)
+
+    model, optimizers = _two_parts()
+    scaler = GradScaler("cpu")
+    part_b = _snapshot(model.b)
+    _two_part_update(scaler, model, optimizers, _poisoned())
+    assert _same(_snapshot(model.b), part_b)  # b overflowed: skipped; a was applied before
+    assert scaler.skipped_steps == 1 and scaler.get_scale() == 2.0**15
+
+
+def test_interleaved_backward_and_steps_in_one_update_match_stock() -> None:
+    """A GAN-style loop: both zeroed, the critic's loss (which reaches the generator too) and the
+    critic's step, then the generator's loss and step, one update. The generator's gradients are
+    incomplete at the critic's step, so the read-only check there must leave them as they are,
+    for the generator's own step to unscale them once, complete."""
+    runs = []
+    for scaler in (GradScaler("cpu"), torch.amp.GradScaler("cpu")):
+        torch.manual_seed(0)
+        generator, critic = nn.Linear(4, 4), nn.Linear(4, 1)
+        opt_g = torch.optim.Adam(generator.parameters(), 1e-2)
+        opt_c = torch.optim.SGD(critic.parameters(), 0.1)
+        for _ in range(3):
+            opt_g.zero_grad()
+            opt_c.zero_grad()
+            scaler.scale(((critic(generator(X)) - Y) ** 2).mean()).backward()
+            scaler.step(opt_c)
+            scaler.scale((critic(generator(X)) ** 2).mean()).backward()
+            scaler.step(opt_g)
+            scaler.update()
+        runs.append(_snapshot(nn.ModuleList([generator, critic]), opt_g, opt_c))
+    assert _same(*runs)
+
+
+def test_none_gradients_unused_and_frozen_parameters() -> None:
+    runs = []
+    for scaler in (GradScaler("cpu"), torch.amp.GradScaler("cpu")):
+        model = _mlp()
+        model.unused = nn.Parameter(torch.ones(3))  # never in the graph: its gradient stays None
+        model[0].bias.requires_grad_(False)
+        optimizer = torch.optim.Adam(model.parameters(), 1e-2)
+        for _ in range(2):
+            _train_step(scaler, model, optimizer, X)
+        runs.append(_snapshot(model, optimizer))
+    assert _same(*runs)
+    assert model.unused.grad is None
+
+    scaler = GradScaler("cpu")  # an optimizer with no gradient at all steps as a no-op
+    idle = torch.optim.SGD(nn.Linear(2, 2).parameters(), 0.1)
+    scaler.scale(_loss(_mlp(), X))
+    scaler.step(idle)
+    scaler.update()
+    assert scaler.last_step_applied is True
+
+
+class _Sparse(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embedding = nn.Embedding(10, 4, sparse=True)
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, ids: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return self.head(self.embedding(ids) * scale)
+
+
+IDS = torch.tensor([1, 3, 3, 7])
+
+
+def _sparse_update(scaler: torch.amp.GradScaler, model: _Sparse, opts: list, scale: float) -> None:
+    for optimizer in opts:
+        optimizer.zero_grad()
+    scaler.scale(((model(IDS, scale) - 1.0) ** 2).mean()).backward()
+    for optimizer in opts:
+        scaler.step(optimizer)
+    scaler.update()
+
+
+@pytest.mark.parametrize("sparse_optimizer", ["SparseAdam", "SGD"])
+def test_sparse_gradients(sparse_optimizer: str) -> None:
+    runs, models = [], []
+    for scaler in (GradScaler("cpu"), torch.amp.GradScaler("cpu")):
+        model = _Sparse()
+        opts = [
+            getattr(torch.optim, sparse_optimizer)(model.embedding.parameters(), lr=0.01),
+            torch.optim.Adam(model.head.parameters(), 1e-2),
+        ]
+        for _ in range(3):
+            _sparse_update(scaler, model, opts, 1.0)
+        runs.append(_snapshot(model, *opts))
+        models.append((scaler, model, opts))
+    assert _same(*runs)
+
+    scaler, model, opts = models[0]
+    before = _snapshot(model, *opts)
+    _sparse_update(scaler, model, opts, INF)
+    assert _same(_snapshot(model, *opts), before) and scaler.skipped_steps == 1
+
+
+def test_saturation_judges_sparse_gradients_after_duplicates_add_up() -> None:
+    """Index 3 appears twice: each occurrence's scaled gradient is 40000, their sum 80000."""
+    for mode, skips in (("saturation", True), ("inf_nan", False)):
+        embedding = nn.Embedding(10, 1, sparse=True)
+        optimizer = torch.optim.SGD(embedding.parameters(), lr=1e-9)
+        scaler = GradScaler("cpu", init_scale=2.0**16, overflow_mode=mode)
+        c = 40000.0 / 2.0**16
+        scaler.scale((embedding(torch.tensor([3, 3])) * c).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        assert scaler.last_step_applied is not skips, mode
+
+
+def test_fused_adam_is_stepped_with_unscaled_gradients() -> None:
+    model = _mlp()
+    optimizer = torch.optim.Adam(model.parameters(), 1e-2, fused=True)
+    reference_model = _mlp()
+    reference = torch.optim.Adam(reference_model.parameters(), 1e-2, fused=True)
+    scaler = GradScaler("cpu", init_scale=2.0**10)
+    _train_step(scaler, model, optimizer, X)
+    reference.zero_grad()
+    _loss(reference_model, X).backward()
+    reference.step()
+    assert all(
+        torch.allclose(p, q) for p, q in zip(model.parameters(), reference_model.parameters())
+    )
+    before = _snapshot(model, optimizer)
+    _train_step(scaler, model, optimizer, _poisoned())
+    assert _same(_snapshot(model, optimizer), before)
+
+
+# -- the rule -------------------------------------------------------------------------------------
+
+
+def test_floor_of_one_where_stock_reaches_zero() -> None:
+    ours_model, stock_model = _mlp(), _mlp()
+    ours_opt = torch.optim.SGD(ours_model.parameters(), 0.1)
+    stock_opt = torch.optim.SGD(stock_model.parameters(), 0.1)
+    ours = GradScaler("cpu", backoff_factor=1e-10)
+    stock = torch.amp.GradScaler("cpu", backoff_factor=1e-10)
+    for _ in range(6):
+        _train_step(ours, ours_model, ours_opt, _poisoned())
+        _train_step(stock, stock_model, stock_opt, _poisoned())
+    assert stock.get_scale() == 0.0  # every later gradient would be 0
+    assert ours.get_scale() == 1.0 and ours.skipped_steps == 6
+
+
+def test_stuck_run_guard_raises_with_the_rules_message() -> None:
+    scaler = GradScaler("cpu", init_scale=4.0, max_skipped_steps_at_floor=3)
+    _, rule = DynamicRule.validated(4.0, 2000, 1, 2.0, 0.5, max_skipped_steps_at_floor=3)
+    states = run(rule, 4.0, [False] * 10)
+    trip = next(i for i, s in enumerate(states) if rule.is_stuck(s))
+    model, optimizer = _mlp(), None
+    optimizer = torch.optim.SGD(model.parameters(), 0.1)
+    for _ in range(trip):
+        _train_step(scaler, model, optimizer, _poisoned())
+    with pytest.raises(RuntimeError, match="consecutive training steps were skipped") as error:
+        _train_step(scaler, model, optimizer, _poisoned())
+    assert str(error.value) == rule.stuck_message("inf_nan")
+    _train_step(scaler, model, optimizer, X)  # still usable after the error
+    assert scaler.last_step_applied is True
+
+
+def test_hysteresis_and_ceiling_follow_the_rule() -> None:
+    scaler = GradScaler("cpu", 8.0, 2.0, 0.5, 2, decr_every_n_nan_or_inf=2, max_loss_scale=16.0)
+    _, rule = DynamicRule.validated(8.0, 2, 2, 2.0, 0.5, max_loss_scale=16.0)
+    steps = [True, True, True, True, False, True, False, False, True]
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), 0.01)
+    for finite, want in zip(steps, run(rule, 8.0, steps)):
+        _train_step(scaler, model, optimizer, X if finite else _poisoned())
+        assert (scaler.get_scale(), scaler.state_dict()["_bad_steps"]) == (want.scale, want.bad)
+
+
+def test_fixed_scale_still_skips_overflowed_steps() -> None:
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), 0.1)
+    scaler = GradScaler("cpu", 128.0, growth_interval=1, dynamic=False)
+    for x in (X, X, _poisoned(), X, _poisoned(math.nan)):
+        before = _snapshot(model)
+        _train_step(scaler, model, optimizer, x)
+        assert scaler.get_scale() == 128.0
+        assert _same(_snapshot(model), before) is (x is not X)
+    assert scaler.skipped_steps == 2
+
+
+def test_host_reads_per_step_no_more_than_stock() -> None:
+    for mode in ("inf_nan", "saturation"):
+        counts = []
+        for scaler in (GradScaler("cpu", overflow_mode=mode), torch.amp.GradScaler("cpu")):
+            model = _mlp()
+            optimizer = torch.optim.SGD(model.parameters(), 0.1)
+            _train_step(scaler, model, optimizer, X)
+            counts.append(
+                _host_reads(lambda s=scaler, m=model, o=optimizer: _train_step(s, m, o, X))
+            )
+        assert counts[0] <= counts[1] == 1, mode
+
+
+def test_disabled_scaler_is_a_pass_through() -> None:
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), 0.1)
+    scaler = GradScaler("cpu", enabled=False)
+    loss = _loss(model, X)
+    assert scaler.scale(loss) is loss
+    before = _snapshot(model)
+    loss.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    assert not _same(_snapshot(model), before)
+    assert scaler.get_scale() == 1.0 and scaler.state_dict() == {}
+
+
+# -- checkpoints and managers ---------------------------------------------------------------------
+
+
+def _drive(scaler: GradScaler, steps: list[bool]) -> list[float]:
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), 0.01)
+    scales = []
+    for finite in steps:
+        _train_step(scaler, model, optimizer, X if finite else _poisoned())
+        scales.append(scaler.get_scale())
+    return scales
+
+
+def test_state_dict_round_trips_through_torch_save(tmp_path: object) -> None:
+    settings = dict(decr_every_n_nan_or_inf=2, max_loss_scale=2.0**12, max_skipped_steps_at_floor=9)
+    scaler = GradScaler("cpu", 1024.0, 2.0, 0.8, 3, **settings)
+    _drive(scaler, [True, False, True, True, False])
+    path = tmp_path / "scaler.pt"
+    torch.save(scaler.state_dict(), path)
+    resumed = GradScaler("cpu")
+    resumed.load_state_dict(torch.load(path, weights_only=True))
+    assert resumed.state_dict() == scaler.state_dict()
+    later = [False, False, True, True, True, True]
+    assert _drive(resumed, later) == _drive(scaler, later)
+
+    pickled = pickle.loads(pickle.dumps(scaler))
+    assert pickled.state_dict() == scaler.state_dict()
+    assert _drive(pickled, later) == _drive(scaler, later)
+
+
+def test_loads_a_stock_state_dict_and_continues_like_stock() -> None:
+    stock = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=4)
+    _drive(stock, [True, True, True])
+    ours = GradScaler("cpu")
+    ours.load_state_dict(stock.state_dict())
+    assert (ours.get_scale(), ours.get_growth_interval(), ours._get_growth_tracker()) == (
+        1024,
+        4,
+        3,
+    )
+    assert _drive(ours, [True, False, True]) == _drive(stock, [True, False, True])
+
+    collapsed = {**stock.state_dict(), "scale": 0.0}  # what stock reaches after many overflows
+    with pytest.raises(ValueError, match=r"state_dict\['scale'\]"):
+        ours.load_state_dict(collapsed)
+    with pytest.raises(RuntimeError, match="empty"):
+        ours.load_state_dict({})
+
+
+def test_loads_a_torch_npu_state_dict_with_its_dynamic_key() -> None:
+    # What torch_npu.npu.amp.GradScaler.state_dict() returns: stock's entries plus "dynamic".
+    torch_npu_state = {
+        "scale": 512.0,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 100,
+        "_growth_tracker": 5,
+        "dynamic": False,
+    }
+    scaler = GradScaler("cpu")
+    scaler.load_state_dict(torch_npu_state)
+    assert scaler.dynamic is False and scaler.get_growth_interval() == 100
+    assert _drive(scaler, [False, True, False]) == [512.0] * 3
+    assert scaler.skipped_steps == 2
+    assert {k: v for k, v in scaler.state_dict().items() if k in torch_npu_state} == {
+        **torch_npu_state,
+        "_growth_tracker": 5,
+    }
+
+
+def test_from_manager_takes_the_adapters_rule_and_settings() -> None:
+    manager = ExponentialUpdateLossScaleManager(
+        2.0**10,
+        3,
+        decr_every_n_nan_or_inf=2,
+        decr_ratio=0.8,
+        overflow_mode="saturation",
+        is_distributed=False,
+        max_skipped_steps_at_floor=50,
+    )
+    scaler = GradScaler.from_manager(manager, device="cpu")
+    assert scaler.overflow_mode is OverflowMode.SATURATION and scaler.is_distributed is False
+    assert (scaler.get_scale(), scaler.get_growth_interval(), scaler.get_backoff_factor()) == (
+        1024.0,
+        3,
+        0.8,
+    )
+    assert scaler.state_dict()["decr_every_n_nan_or_inf"] == 2
+    assert scaler.state_dict()["max_skipped_steps_at_floor"] == 50
+    assert GradScaler.from_manager(manager, device="cpu", is_distributed=True).is_distributed
+
+    fixed = GradScaler.from_manager(
+        FixedLossScaleManager(128, overflow_mode="inf_nan"), device="cpu"
+    )
+    assert fixed.dynamic is False and fixed.get_scale() == 128.0 and fixed.is_distributed is None
+    with pytest.raises(ValueError, match="enable_overflow_check"):
+        GradScaler.from_manager(FixedLossScaleManager(128, False))
+    with pytest.raises(ValueError, match="manager must be"):
+        GradScaler.from_manager(GradScaler("cpu"))
+
+
+def test_managers_driven_by_hand_follow_the_rule() -> None:
+    manager = ExponentialUpdateLossScaleManager(1024, 2, decr_every_n_nan_or_inf=2)
+    steps = [True, True, False, False, True, False, True, True]
+    states = run(manager.rule, 1024.0, steps)
+    for finite, want in zip(steps, states):
+        assert manager().dtype == torch.float32
+        manager.update_loss_scale(torch.tensor(finite) if finite else finite)
+        assert (manager.get_loss_scale().item(), manager.skipped_steps) == (
+            want.scale,
+            want.skipped,
+        )
+    fixed = FixedLossScaleManager(64)
+    for finite in steps:
+        fixed.update_loss_scale(finite)
+    assert fixed.get_loss_scale().item() == 64.0 and fixed.skipped_steps == 3
+    with pytest.raises(ValueError, match="finite_grads"):
+        fixed.update_loss_scale(torch.tensor([1.0]))
