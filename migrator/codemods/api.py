@@ -13,6 +13,10 @@ LIBRARY = "npu_lossscale"
 FIXED = "FixedLossScaleManager"
 DYNAMIC = "ExponentialUpdateLossScaleManager"
 OPTIMIZER = "NPULossScaleOptimizer"
+# The Keras front-end's class. Targets are named by their import path relative to the package
+# (`keras.LossScaleOptimizer`), so that it never collides with a root class of the same name.
+KERAS_MODULE = LIBRARY + ".keras"
+KERAS_OPTIMIZER = "keras.LossScaleOptimizer"
 
 CONTRIB = "tensorflow.contrib.mixed_precision"
 _CONTRIB_MODULES = (
@@ -52,6 +56,30 @@ class Kind(enum.Enum):
     UNPORTED = "unported"
     CONTRIB_MODULE = "contrib-module"
     PORTED_DYNAMIC = "ported-dynamic"
+    KERAS_OPTIMIZER = "keras-optimizer"
+    KERAS_EXPERIMENTAL = "keras-experimental"
+
+
+# Homes of Keras's LossScaleOptimizer -> the order of its positional parameters after the inner
+# optimizer: tf_keras (Keras 2) takes `dynamic` second, Keras 3 `initial_scale`; `tf.keras` and
+# `keras` were either, depending on the installed version ("either": decided per call).
+KERAS_2_ORDER = ("dynamic", "initial_scale", "dynamic_growth_steps")
+KERAS_3_ORDER = ("initial_scale", "dynamic_growth_steps")
+_KERAS_HOMES: dict[str, tuple[str, ...] | None] = {
+    "tensorflow.keras.mixed_precision": None,
+    "keras.mixed_precision": None,
+    "tf_keras.mixed_precision": KERAS_2_ORDER,
+    "tensorflow.python.keras.mixed_precision.loss_scale_optimizer": KERAS_2_ORDER,
+    "keras.optimizers": KERAS_3_ORDER,
+    "tensorflow.keras.optimizers": KERAS_3_ORDER,
+}
+# TF 2.1-2.3's `LossScaleOptimizer(optimizer, loss_scale)`.
+_KERAS_EXPERIMENTAL_HOMES = (
+    "tensorflow.keras.mixed_precision.experimental",
+    "keras.mixed_precision.experimental",
+    "tf_keras.mixed_precision.experimental",
+    "tensorflow.python.keras.mixed_precision.experimental.loss_scale_optimizer",
+)
 
 
 def canonical(qualified: str) -> str:
@@ -89,6 +117,10 @@ def classify(name: str) -> Kind | None:
         }.get(leaf)
         if kind is not None:
             return kind
+    if leaf == "LossScaleOptimizer" and module in _KERAS_HOMES:
+        return Kind.KERAS_OPTIMIZER
+    if leaf == "LossScaleOptimizer" and module in _KERAS_EXPERIMENTAL_HOMES:
+        return Kind.KERAS_EXPERIMENTAL
     if module in _CORE_MODULES + _KERAS_MODULES and "LossScale" in leaf:
         return Kind.UNPORTED
     if name.startswith(CONTRIB + "."):
@@ -96,6 +128,32 @@ def classify(name: str) -> Kind | None:
     if leaf == DYNAMIC and (module == LIBRARY or module.startswith(_VENDOR_PREFIXES)):
         return Kind.PORTED_DYNAMIC
     return None
+
+
+def keras_order(name: str) -> tuple[str, ...] | None:
+    """The positional parameters after the inner optimizer for a Keras LossScaleOptimizer name;
+    None where the installed Keras decides (`tf.keras`, `keras`)."""
+    return _KERAS_HOMES.get(_split(name)[0])
+
+
+def is_keras_mixed_precision(name: str) -> bool:
+    """A Keras mixed-precision module or its LossScaleOptimizer: imports the Keras port may drop
+    once nothing uses them."""
+    if classify(name) in (Kind.KERAS_OPTIMIZER, Kind.KERAS_EXPERIMENTAL):
+        return True
+    return name in _KERAS_EXPERIMENTAL_HOMES or (
+        name in _KERAS_HOMES and name.endswith("mixed_precision")
+    )
+
+
+def target_module(target: str) -> str:
+    """The module a port target is imported from (`npu_lossscale` or `npu_lossscale.keras`)."""
+    package, _, _ = target.rpartition(".")
+    return f"{LIBRARY}.{package}" if package else LIBRARY
+
+
+def target_class(target: str) -> str:
+    return target.rpartition(".")[2]
 
 
 def is_contrib_module(name: str) -> bool:

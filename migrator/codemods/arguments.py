@@ -7,7 +7,7 @@ rewrite changes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import libcst as cst
 
@@ -16,8 +16,15 @@ from migrator.codemods.api import TF_DYNAMIC_DEFAULTS
 _NO_SPACE = cst.SimpleWhitespace("")
 
 
-def bind(call: cst.Call, params: Sequence[str]) -> dict[str, int] | str:
-    """Map each parameter given in `call` to its argument index, or say why that is impossible."""
+def bind(
+    call: cst.Call, params: Sequence[str], keywords: Collection[str] | None = None
+) -> dict[str, int] | str:
+    """Map each parameter given in `call` to its argument index, or say why that is impossible.
+
+    `params` are taken in order by positional arguments; `keywords` (default: `params`) are the
+    names accepted by keyword, for APIs whose positional order is not their whole signature.
+    """
+    accepted = params if keywords is None else keywords
     bound: dict[str, int] = {}
     for index, arg in enumerate(call.args):
         if arg.star:
@@ -28,7 +35,7 @@ def bind(call: cst.Call, params: Sequence[str]) -> dict[str, int] | str:
             bound[params[index]] = index
             continue
         name = arg.keyword.value
-        if name not in params or name in bound:
+        if name not in accepted or name in bound:
             return f"unknown or repeated keyword argument {name!r}"
         bound[name] = index
     return bound
@@ -71,7 +78,36 @@ def append_keyword(args: Sequence[cst.Arg], name: str, value: cst.BaseExpression
             comma=out[-2].comma, whitespace_after_arg=cst.SimpleWhitespace("")
         )
         new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
+    elif not _is_blank(last.whitespace_after_arg):
+        # `f(\n    a\n)`: the new argument follows `a` on its line; the bracket stays on its own.
+        out[-1] = last.with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+        new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
     return out + [new]
+
+
+def _is_blank(whitespace: cst.BaseParenthesizableWhitespace) -> bool:
+    return isinstance(whitespace, cst.SimpleWhitespace) and not whitespace.value
+
+
+def replace_argument(args: Sequence[cst.Arg], index: int, new: Sequence[cst.Arg]) -> list[cst.Arg]:
+    """`args` with the one at `index` replaced by `new` (none: removed), keeping the separator and
+    the whitespace before a closing bracket that the replaced argument carried."""
+    out = list(args)
+    old = out[index]
+    if not new:
+        del out[index]
+        if out and index == len(out):
+            out[-1] = out[-1].with_changes(
+                comma=old.comma, whitespace_after_arg=old.whitespace_after_arg
+            )
+        return out
+    spaced = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    placed = [a.with_changes(comma=spaced) for a in new[:-1]]
+    placed.append(
+        new[-1].with_changes(comma=old.comma, whitespace_after_arg=old.whitespace_after_arg)
+    )
+    out[index : index + 1] = placed
+    return out
 
 
 def _breaks_line(comma: cst.Comma | cst.MaybeSentinel) -> bool:
@@ -87,7 +123,7 @@ def without_trailing_comma(args: Sequence[cst.Arg]) -> list[cst.Arg]:
     return out
 
 
-def _number(node: cst.BaseExpression) -> float | None:
+def number_value(node: cst.BaseExpression) -> float | None:
     """The value of a plain int/float literal (optionally negated), else None."""
     if isinstance(node, (cst.Integer, cst.Float)):
         return float(node.evaluated_value)
@@ -121,7 +157,7 @@ def has_call(node: cst.CSTNode) -> bool:
 
 def reciprocal(multiplier: cst.BaseExpression) -> cst.BaseExpression:
     """`1 / multiplier`, folded to a literal when that literal is exact (2 -> 0.5)."""
-    value = _number(multiplier)
+    value = number_value(multiplier)
     if value is not None and value != 0:
         inverse = 1.0 / value
         if inverse * value == 1.0 and len(repr(inverse)) <= 8:

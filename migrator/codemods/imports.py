@@ -1,21 +1,24 @@
-"""Where the `from npu_lossscale import ...` line goes.
+"""Where the `from npu_lossscale import ...` lines go.
 
-It must bind the names before any rewritten line runs, and it should look like the file's own
-imports: right after the top-level import block (merged into an existing npu_lossscale import
-when there is one), or inside a function when TensorFlow itself is only imported there (such
-scripts keep TensorFlow out of module import on purpose).
+They must bind the names before any rewritten line runs, and they should look like the file's own
+imports: right after the top-level import block (merged into an existing import of the same
+npu_lossscale module when there is one), or inside a function when TensorFlow itself is only
+imported there (such scripts keep TensorFlow out of module import on purpose). The TF1 classes
+come from `npu_lossscale`, the Keras one from `npu_lossscale.keras`: one line per module. A
+target whose local name is dotted (`npu_lossscale.keras.LossScaleOptimizer`) is reached through
+`import npu_lossscale.keras` instead, which is added unless the file has it already.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import FunctionScope
 
-from migrator.codemods.api import LIBRARY
+from migrator.codemods.api import LIBRARY, target_class, target_module
 
 if TYPE_CHECKING:
     from migrator.codemods.loss_scale import Site
@@ -41,10 +44,36 @@ def imported_names(names: Sequence[tuple[str, str]]) -> str:
     return ", ".join(n if n == local else f"{n} as {local}" for n, local in names)
 
 
-def import_line(names: Sequence[tuple[str, str]]) -> cst.SimpleStatementLine:
+def import_line(names: Sequence[tuple[str, str]], module: str = LIBRARY) -> cst.SimpleStatementLine:
     """`from npu_lossscale import A, B as C` for (class, local name) pairs, sorted by class."""
     listed = imported_names(sorted(set(names)))
-    return cst.parse_statement(f"from {LIBRARY} import {listed}\n")  # type: ignore[return-value]
+    return cst.parse_statement(f"from {module} import {listed}\n")  # type: ignore[return-value]
+
+
+def _needs(
+    targets: Iterable[str], names: Mapping[str, str], imported: Collection[str]
+) -> tuple[dict[str, list[tuple[str, str]]], list[str]]:
+    """(class, local) pairs to import per npu_lossscale module, and the modules to import whole
+    (dotted local names whose module the file does not import yet)."""
+    pairs: dict[str, set[tuple[str, str]]] = {}
+    modules: set[str] = set()
+    for target in targets:
+        local = names[target]
+        if "." in local:
+            owner = local.rpartition(".")[0]
+            if owner not in imported:
+                modules.add(owner)
+            continue
+        pairs.setdefault(target_module(target), set()).add((target_class(target), local))
+    return {m: sorted(p) for m, p in sorted(pairs.items())}, sorted(modules)
+
+
+def _lines(
+    pairs: Mapping[str, Sequence[tuple[str, str]]], modules: Sequence[str]
+) -> list[cst.SimpleStatementLine]:
+    lines = [import_line(wanted, owner) for owner, wanted in pairs.items()]
+    lines += [cst.parse_statement(f"import {m}\n") for m in modules]  # type: ignore[misc]
+    return lines
 
 
 def _child_of(node: cst.CSTNode, block: cst.CSTNode, parent: Parent) -> cst.CSTNode | None:
@@ -92,37 +121,69 @@ def plan_imports(
     names: Mapping[str, str],
     existing: Sequence[cst.ImportFrom],
     parent: Parent,
+    imported: Collection[str] = (),
 ) -> ImportPlan:
-    """Place one import per needed scope (module, or functions holding the TF import)."""
+    """Place the imports once per needed scope (module, or functions holding the TF import).
+
+    `existing` are the file's `from npu_lossscale[.keras] import ...` statements, `imported` the
+    dotted names its top-level `import npu_lossscale...` statements bind.
+    """
     plan = ImportPlan()
     local = _function_placement(sites, names, parent, plan)
     if local:
         return plan
-    needed = sorted({(n, names[n]) for site in sites for n in site.targets})
+    pairs, modules = _needs({n for site in sites for n in site.targets}, names, imported)
     tops = [_index(module, _child_of(site.node, module, parent)) for site in sites]
     first = min(i for i in tops if i >= 0)
-    for imp in existing:
-        line = parent(imp)
-        index = _index(module, line)
-        if 0 <= index < first:
-            have = {
-                (a.name.value, a.asname.name.value if a.asname else a.name.value)
-                for a in imp.names  # type: ignore[union-attr]
-                if isinstance(a.name, cst.Name)
-            }
-            missing = [pair for pair in needed if pair not in have]
-            if missing:
-                plan.merge[imp] = missing
-            return plan
+    new: dict[str, Sequence[tuple[str, str]]] = {}
+    for owner, needed in pairs.items():
+        found = _existing_before(module, existing, owner, first, parent)
+        if found is None:
+            new[owner] = needed
+            continue
+        have = {
+            (a.name.value, a.asname.name.value if a.asname else a.name.value)
+            for a in found.names  # type: ignore[union-attr]
+            if isinstance(a.name, cst.Name)
+        }
+        missing = [pair for pair in needed if pair not in have]
+        if missing:
+            plan.merge[found] = missing
+    lines = _lines(new, modules)
+    if not lines:
+        return plan
     imports = [i for i, s in enumerate(module.body[:first]) if _is_import_line(s)]
     if imports:
-        plan.after[module.body[imports[-1]]] = [import_line(needed)]
+        plan.after[module.body[imports[-1]]] = lines
         return plan
     position = 0
     while position < first and _is_preamble(module.body[position], position):
         position += 1
-    plan.before[module.body[position]] = [import_line(needed)]
+    plan.before[module.body[position]] = lines
     return plan
+
+
+def _existing_before(
+    module: cst.Module,
+    existing: Sequence[cst.ImportFrom],
+    owner: str,
+    first: int,
+    parent: Parent,
+) -> cst.ImportFrom | None:
+    """The first `from <owner> import ...` of the module body above the first rewritten line."""
+    for imp in existing:
+        index = _index(module, parent(imp))
+        if 0 <= index < first and _module_name(imp.module) == owner:
+            return imp
+    return None
+
+
+def _module_name(node: cst.BaseExpression | None) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_module_name(node.value)}.{node.attr.value}"
+    return ""
 
 
 def _function_placement(
@@ -151,7 +212,7 @@ def _function_placement(
         anchor = min(anchors)
         if anchor < 0 or min(uses) <= anchor:
             return False
-        needed = sorted({(n, names[n]) for m in members for n in m.targets})
-        placed[body.body[anchor]] = [import_line(needed)]
+        pairs, modules = _needs({n for m in members for n in m.targets}, names, ())
+        placed[body.body[anchor]] = _lines(pairs, modules)
     plan.after.update(placed)
     return True

@@ -10,7 +10,7 @@ and `is_distributed=` depends on Horovod imports that may come later in the file
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import libcst as cst
 from libcst.metadata import (
@@ -31,6 +31,7 @@ from migrator.codemods.distributed import (
     size_test_direction,
 )
 from migrator.codemods.imports import ImportPlan, imported_names, plan_imports
+from migrator.codemods.keras_port import KerasPort
 from migrator.codemods.lines import LineProvider, start_line
 from migrator.codemods.parents import ParentProvider
 from migrator.codemods.qualified import qualified_names
@@ -61,6 +62,7 @@ _ALIASES = {
     api.FIXED: "NPUFixedLossScaleManager",
     api.DYNAMIC: "NPUExponentialUpdateLossScaleManager",
     api.OPTIMIZER: "NpuLossScaleOptimizer",
+    api.KERAS_OPTIMIZER: "NPUKerasLossScaleOptimizer",
 }
 
 
@@ -106,9 +108,11 @@ class _Ctor:
     line: int
     problem: str | None
     build: Builder | None
+    bound: dict[str, int] = dataclasses.field(default_factory=dict)
     variable: Assignment | None = None
     consumers: list[_Optimizer] = dataclasses.field(default_factory=list)
     ported: bool = False
+    keras: bool = False  # an inline loss scale the Keras port maps into its optimizer's keywords
 
 
 @dataclasses.dataclass
@@ -146,7 +150,12 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self.facts = DistributedFacts()
         self.vendor_ported = False
         self.npu_imports: list[cst.ImportFrom] = []
+        # dotted names top-level `import npu_lossscale[.keras] [as x]` statements bind
+        self._npu_modules: dict[str, str] = {}
         self._contrib_imports: list[tuple[cst.CSTNode, int, str]] = []
+        self._keras_imports: list[tuple[cst.CSTNode, int, str]] = []
+        self._dunder_all: set[str] = set()
+        self.keras = KerasPort(self)
         self._consumed: set[int] = set()
         self._ctors: dict[cst.Call, _Ctor] = {}
         self._optimizers: list[_Optimizer] = []
@@ -194,8 +203,18 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             for q in names
         )
 
-    def _warn(self, node: cst.CSTNode, rule: str, message: str) -> None:
+    def warn(self, node: cst.CSTNode, rule: str, message: str) -> None:
         self.findings.append(Finding(self.path, self.line(node), rule, message, "warning"))
+
+    @staticmethod
+    def code(node: cst.CSTNode) -> str:
+        return _code(node)
+
+    def port_call(self, call: cst.Call, target: str, build: Builder) -> None:
+        """Plan `call` to become a call of the npu_lossscale `target` built by `build`."""
+        self.edits.calls[call] = CallEdit(target, build)
+        self._consume(call.func)
+        self.sites.append(Site(call, (target,), self._provider(call.func)))
 
     def _change(self, node: cst.CSTNode, rule: str, message: str) -> None:
         self.findings.append(Finding(self.path, self.line(node), rule, message, "change"))
@@ -220,7 +239,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             return
         self.names = names
         top_level = [i for i in self.npu_imports if self.parent(self.parent(i)) is original_node]
-        self.imports = plan_imports(original_node, self.sites, names, top_level, self.parent)
+        self.imports = plan_imports(
+            original_node, self.sites, names, top_level, self.parent, self._npu_modules.values()
+        )
         self._report_imports(original_node)
 
     def _report_imports(self, module: cst.Module) -> None:
@@ -236,38 +257,62 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 self._change(anchor, "npu-import", message)
         for existing, pairs in self.imports.merge.items():
             added = imported_names(pairs)
-            self._change(existing, "npu-import", f"adds {added} to this {api.LIBRARY} import")
+            library = _dotted(existing.module) if existing.module else api.LIBRARY
+            self._change(existing, "npu-import", f"adds {added} to this {library} import")
 
     def _local_names(self) -> dict[str, str] | None:
+        """The name each needed class is used under: its own, else its fallback alias; the Keras
+        class through `npu_lossscale.keras` where the file imports the package as a module, or
+        where both names are taken."""
         scopes = {id(s): s for s in [self._global, *(self.scope(x.node) for x in self.sites)] if s}
         names: dict[str, str] = {}
         for needed in sorted({t for s in self.sites for t in s.targets}):
+            module = api.target_module(needed)
+            dotted = self._module_reference(needed, scopes.values())
+            if dotted is not None and self._npu_modules:
+                names[needed] = dotted
+                continue
             free = [
                 c
-                for c in (needed, _ALIASES[needed])
+                for c in (api.target_class(needed), _ALIASES[needed])
                 if c not in self._star_bound
-                and not any(self._binds_other(scope, c) for scope in scopes.values())
+                and not any(self._binds_other(scope, c, module) for scope in scopes.values())
             ]
-            if not free:
+            if free:
+                names[needed] = free[0]
+            elif dotted is not None:
+                names[needed] = dotted
+            else:
                 return None
-            names[needed] = free[0]
         return names
 
-    def _binds_other(self, scope: Scope, name: str) -> bool:
+    def _module_reference(self, target: str, scopes: Iterable[Scope]) -> str | None:
+        """`<module>.Class` for a Keras target, through the file's own `import npu_lossscale.keras
+        [as x]` when it has one, else through a new one if the name `npu_lossscale` is free."""
+        if api.target_module(target) != api.KERAS_MODULE:
+            return None
+        bound = self._npu_modules.get(api.KERAS_MODULE)
+        if bound is None and any(self._binds_other(s, api.LIBRARY, "") for s in scopes):
+            return None
+        return f"{bound or api.KERAS_MODULE}.{api.target_class(target)}"
+
+    def _binds_other(self, scope: Scope, name: str, module: str) -> bool:
         """Whether `name` is visible in `scope` bound to something that stays in the file and is
-        not an npu_lossscale import (a contrib import the port removes does not count)."""
+        not an import from `module` (an import the port removes does not count)."""
         if name not in scope:
             return False
         for assignment in scope[name]:
             node = getattr(assignment, "node", None)
             if (id(node), name) in self._removed_bindings:
                 continue
-            if not (
-                isinstance(node, cst.ImportFrom)
-                and node.module is not None
-                and _dotted(node.module) == api.LIBRARY
+            if isinstance(node, cst.ImportFrom) and node.module is not None:
+                if _dotted(node.module) == module:
+                    continue
+            elif isinstance(node, cst.Import) and all(
+                _dotted(a.name).split(".")[0] == api.LIBRARY for a in node.names
             ):
-                return True
+                continue
+            return True
         return False
 
     def _give_up(self, rule: str, message: str, at: cst.CSTNode | None = None) -> None:
@@ -281,9 +326,12 @@ class LossScaleAnalyzer(cst.CSTVisitor):
 
     # ----------------------------------------------------------------- imports
     def visit_Import(self, node: cst.Import) -> bool:
+        top_level = isinstance(self.parent(self.parent(node)), cst.Module)
         for index, alias in enumerate(node.names):
             name = api.canonical(_dotted(alias.name))
             bound = alias.asname.name.value if alias.asname else _dotted(alias.name)
+            if top_level and name in (api.LIBRARY, api.KERAS_MODULE):
+                self._npu_modules[name] = bound
             self._note_import(node, index, name, bound)
         return False
 
@@ -293,14 +341,14 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         module = api.canonical(_dotted(node.module))
         if api.is_vendor_module(module):
             self.vendor_ported = True
-        if module == api.LIBRARY and not isinstance(node.names, cst.ImportStar):
+        if module in (api.LIBRARY, api.KERAS_MODULE) and not isinstance(node.names, cst.ImportStar):
             self.npu_imports.append(node)
         if isinstance(node.names, cst.ImportStar):
             if api.is_contrib_module(module) or module == "tensorflow.contrib":
                 # Its names stay bound (to contrib): an added import must not take them over.
                 if api.is_contrib_module(module):
                     self._star_bound.update((api.FIXED, api.DYNAMIC))
-                self._warn(
+                self.warn(
                     node,
                     "star-import",
                     f"`from {module} import *`: names it provides cannot be resolved; "
@@ -325,6 +373,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             self._contrib_imports.append((node, index, bound))
         elif name == "tensorflow" and "." not in bound:
             self.facts.tensorflow_aliases[bound] = node
+        elif api.is_keras_mixed_precision(name):
+            self._keras_imports.append((node, index, bound))
 
     # ----------------------------------------------------------------- references
     def visit_Name(self, node: cst.Name) -> bool:
@@ -335,6 +385,14 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         return self._reference(node)
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if (
+            len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and node.targets[0].target.value == "__all__"
+            and isinstance(node.value, (cst.List, cst.Tuple))
+        ):
+            values = (args_.string_value(e.value) for e in node.value.elements)
+            self._dunder_all.update(v for v in values if v is not None)
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             direction = size_test_direction(node.value, self.canonical)
             if direction:
@@ -374,7 +432,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             return
         if name.startswith("tensorflow.contrib") or api.classify(name) is Kind.CONTRIB_MODULE:
             self._skip.add(id(target))
-            self._warn(
+            self.warn(
                 call,
                 "unresolved-access",
                 "getattr() on tf.contrib: the attribute is chosen at run time, so the tool "
@@ -392,7 +450,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             # class reached that way (`contrib.mixed_precision().LossScaleOptimizer`, a lazy
             # loader) is warned: the tool cannot port what it cannot resolve.
             if isinstance(node, cst.Attribute) and node.attr.value in _LOSS_SCALE_CLASS_NAMES:
-                self._warn(
+                self.warn(
                     node,
                     "unresolved-access",
                     f"`{_code(node)}` reaches a loss-scale class through a call or a value the "
@@ -405,7 +463,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             # assignment of a name on each query, quadratic where one name is assigned often.
             return True
         if self._ambiguous(node):
-            self._warn(
+            self.warn(
                 node,
                 "unresolved-access",
                 f"`{_code(node)}` is bound to more than one thing in this scope "
@@ -431,6 +489,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             Kind.UNPORTED: self._unported,
             Kind.CONTRIB_MODULE: self._module_access,
             Kind.PORTED_DYNAMIC: self._already_ported,
+            Kind.KERAS_OPTIMIZER: self.keras.reference,
+            Kind.KERAS_EXPERIMENTAL: self.keras.reference,
         }[kind]
         handler(node, call, kind, name or "")
         return False
@@ -512,7 +572,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         reason = _subclass_problem(cls)
         if reason is None:
             return False
-        self._warn(
+        self.warn(
             cls,
             "subclass-override",
             f"class {cls.name.value} subclasses `{_code(base)}` and {reason}; the npu_lossscale "
@@ -522,7 +582,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
 
     def _tf_ctor(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, name: str) -> None:
         if call is None:
-            self._warn(
+            self.warn(
                 node,
                 "unported-api",
                 f"`{_code(node)}` is used as a value, not constructed; the NPU managers are a "
@@ -543,19 +603,30 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 build = _tf_dynamic_builder(bound)
             else:
                 build = _tf_fixed_builder(bound)
-        self._ctors[call] = _Ctor(call, kind, self.line(call), problem, build)
+        fields = {} if isinstance(bound, str) else bound
+        self._ctors[call] = _Ctor(call, kind, self.line(call), problem, build, fields)
 
     def _tf_optimizer(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, _: str) -> None:
         if call is None:
-            self._warn(node, "unported-api", f"`{_code(node)}` is used as a value; port it by hand")
+            self.warn(node, "unported-api", f"`{_code(node)}` is used as a value; port it by hand")
             return
         bound = args_.bind(call, _TF_OPT_PARAMS)
         problem = bound if isinstance(bound, str) else None
         if not isinstance(bound, str) and "opt" not in bound:
             problem = "the optimizer argument is missing"
-        keras = None if problem is not None else self._keras_problem(call.args[bound["opt"]].value)
+        unused = kind is Kind.GRAPH_REWRITE and isinstance(self.parent(call), cst.Expr)
+        keras = None
+        if problem is None:
+            assert not isinstance(bound, str)
+            inner = call.args[bound["opt"]].value
+            flavour = self._optimizer_flavour(inner)
+            if flavour == "keras" and kind is Kind.GRAPH_REWRITE and not unused:
+                # TF 2 wraps a Keras optimizer in Keras's LossScaleOptimizer: the Keras port's.
+                self.keras.graph_rewrite(call, bound)
+                return
+            keras = self._keras_problem(inner, flavour)
         problem = problem or keras
-        if kind is Kind.GRAPH_REWRITE and isinstance(self.parent(call), cst.Expr):
+        if unused:
             problem = (
                 "its result is unused, so it only switches on TF's fp16 graph rewrite and no loss "
                 "scaling happens here; on the NPU the compute precision comes from the session's "
@@ -574,14 +645,15 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self._consume(node)
         self.sites.append(Site(call, (), self._provider(node)))
 
-    def _keras_problem(self, inner: cst.BaseExpression) -> str | None:
+    def _optimizer_flavour(self, inner: cst.BaseExpression) -> str | None:
+        flavour = self._flavour(inner, set())
+        return None if flavour == "cycle" else flavour
+
+    def _keras_problem(self, inner: cst.BaseExpression, flavour: str | None) -> str | None:
         """Why the inner optimizer cannot go into the tf.compat.v1 NPULossScaleOptimizer: a Keras
         optimizer there raises ValueError at start-up. Decided by the constructor's qualified
         name; where it cannot be seen in a file that uses Keras, the port goes ahead with a
         warning (a TF1 script's optimizers are v1 ones, so silence there is no guess)."""
-        flavour = self._flavour(inner, set())
-        if flavour == "cycle":
-            flavour = None
         if flavour == "keras":
             return (
                 f"`{_code(inner)}` is a Keras optimizer, which the tf.compat.v1 "
@@ -589,7 +661,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 "npu_lossscale.keras.LossScaleOptimizer"
             )
         if flavour is None and self._uses_keras:
-            self._warn(
+            self.warn(
                 inner,
                 "optimizer-kind-unknown",
                 f"cannot tell whether `{_code(inner)}` is a tf.compat.v1 or a Keras optimizer; "
@@ -653,7 +725,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         return None
 
     def _unported(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, name: str) -> None:
-        self._warn(
+        self.warn(
             node,
             "unported-api",
             f"`{_code(node)}` ({name}) has no npu_lossscale counterpart the tool can substitute; "
@@ -661,7 +733,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         )
 
     def _module_access(self, node: cst.CSTNode, *_: object) -> None:
-        self._warn(
+        self.warn(
             node,
             "unresolved-access",
             f"`{_code(node)}` is used as a module object (passed, returned or stored); the tool "
@@ -676,13 +748,15 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     def finish(self) -> None:
         """Resolve the cross-site decisions once the whole file has been seen."""
         for call, _ in self._contrib_optimizers:
-            keras = self._keras_problem(call.args[0].value) if call.args else None
+            inner = call.args[0].value if call.args else None
+            keras = self._keras_problem(inner, self._optimizer_flavour(inner)) if inner else None
             if keras is not None:
                 self._give_up("unported-api", f"nothing was changed: {keras}", call)
                 return
+        self.keras.finish()
         self._resolve_tf_sites()
         for call, line in self._contrib_optimizers:
-            value, why = self._is_distributed(call)
+            value, why = self.is_distributed(call)
             self.edits.calls[call] = CallEdit(api.OPTIMIZER, _append_distributed(value))
             if value is not None:
                 extra = f", is_distributed={_code(value)} because {why}"
@@ -705,7 +779,16 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             return
         self._plan_import_removals()
 
-    def _is_distributed(self, call: cst.Call) -> tuple[cst.BaseExpression | None, str]:
+    def is_distributed(
+        self, call: cst.Call, *, keras: bool = False
+    ) -> tuple[cst.BaseExpression | None, str]:
+        """`is_distributed=` for an optimizer built by `call` (None: leave it out) and why.
+
+        Horovod is decided alike for both front-ends. A tf.distribute strategy alone is not a
+        reason to pass anything to the Keras optimizer: its default (None) already sums the flag
+        exactly when a strategy has several replicas, where `has_strategy()` evaluated at
+        construction could pass False and be refused under a multi-replica strategy.
+        """
         if self.distributed == "never":
             return None, "of --distributed never"
         if self.distributed == "always":
@@ -716,11 +799,16 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             return handed
         if not self.facts.trains_distributed:
             return None, ""
+        if keras and not self.facts.horovod_imported:
+            return None, (
+                "the file trains under a tf.distribute strategy, over whose replicas the Keras "
+                "optimizer's default (None) sums the overflow flag by itself"
+            )
         value, why = is_distributed_value(
             call, self.facts, parent=self.parent, canonical=self.canonical, scope=self.scope(call)
         )
         if self.facts.horovod_imported and not self.facts.initialised and _is_true(value):
-            self._warn(
+            self.warn(
                 call,
                 "distributed-unverified",
                 "is_distributed=True: the file uses Horovod but never calls hvd.init(); the "
@@ -766,7 +854,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if args_.is_numeric_literal(value):
             opt.manager = "fixed"
             return
-        ctor = self._ctor_for(value)
+        ctor = self.ctor_for(value)
         if ctor is None:
             opt.problem = (
                 f"its loss scale `{_code(value)}` is not a literal or a DynamicLossScale/"
@@ -777,7 +865,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         opt.ctor = ctor
         ctor.consumers.append(opt)
 
-    def _ctor_for(self, value: cst.BaseExpression) -> _Ctor | None:
+    def ctor_for(self, value: cst.BaseExpression) -> _Ctor | None:
         if isinstance(value, cst.Call):
             return self._ctors.get(value)
         if not isinstance(value, cst.Name):
@@ -808,6 +896,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         return ctor
 
     def _decide_ctor(self, ctor: _Ctor) -> None:
+        if ctor.keras:
+            return  # mapped into (or left with) the Keras optimizer it is passed to inline
         what = _code(ctor.call.func)
         problem = ctor.problem
         if problem is None and not ctor.consumers:
@@ -882,7 +972,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 )
             )
             return
-        value, why = self._is_distributed(opt.call)
+        value, why = self.is_distributed(opt.call)
         targets = [api.OPTIMIZER]
         if opt.manager in ("dynamic", "default"):
             targets.append(api.DYNAMIC)
@@ -937,7 +1027,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 "tf.control_dependencies()",
             )
             return
-        self._warn(
+        self.warn(
             call,
             "manager-in-control-deps",
             "a dynamic loss-scale manager is built inside tf.control_dependencies() (line "
@@ -985,31 +1075,54 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             f"{api.LIBRARY}'s {target}",
         )
 
+    def _references(self, node: cst.CSTNode, bound: str) -> list[cst.CSTNode] | None:
+        """Every use of the name an import binds (None: the scope is unknown)."""
+        scope = self.scope(node)
+        if scope is None:
+            return None
+        return [
+            r.node
+            for a in scope.assignments
+            if a.node is node and (a.name == bound or bound.startswith(a.name + "."))
+            for r in a.references
+        ]
+
     def _plan_import_removals(self) -> None:
+        self._plan_keras_import_removals()
         for node, index, bound in self._contrib_imports:
             scope = self.scope(node)
-            if scope is None:
+            refs = self._references(node, bound)
+            if scope is None or refs is None:
                 continue
-            refs = [
-                r
-                for a in scope.assignments
-                if a.node is node and (a.name == bound or bound.startswith(a.name + "."))
-                for r in a.references
-            ]
             if not refs:
                 # Nothing here to port, but the file still fails to import without tf.contrib.
-                self._warn(
+                self.warn(
                     node,
                     "unported-api",
                     f"`{bound}` is imported from tf.contrib and not used in this file (a "
                     "re-export?); tf.contrib does not exist in TensorFlow 2 or on Ascend: import "
                     f"it from {api.LIBRARY} here, and port the modules importing it from this one",
                 )
-            elif self.edits and all(id(r.node) in self._consumed for r in refs):
+            elif self.edits and all(id(r) in self._consumed for r in refs):
                 self.edits.removals.setdefault(node, set()).add(index)
                 self._removed_bindings.add((id(node), bound))
                 self._change(node, "contrib-import", f"removed the unused import of `{bound}`")
                 self._keep_reexport(node, scope, bound)
+
+    def _plan_keras_import_removals(self) -> None:
+        """Drop a Keras mixed-precision import whose every use the Keras port rewrote. Kept when
+        anything else may still read the name: another use, another file of the run importing
+        it from here, or this module's `__all__`."""
+        for node, index, bound in self._keras_imports:
+            refs = self._references(node, bound)
+            if not refs or not all(id(r) in self._consumed for r in refs):
+                continue
+            global_scope = self.scope(node) is self._global
+            if global_scope and (bound in self._reexported or bound in self._dunder_all):
+                continue
+            self.edits.removals.setdefault(node, set()).add(index)
+            self._removed_bindings.add((id(node), bound))
+            self._change(node, "keras-import", f"removed the import of `{bound}`: no use is left")
 
 
 _STEP_METHODS = ("apply_gradients", "compute_gradients", "update_loss_scale", "get_loss_scale")

@@ -51,7 +51,7 @@ class PlanRewriter(cst.CSTTransformer):
         if edit is None:
             return updated
         args = edit.build(updated.args, self.names) if edit.build else list(updated.args)
-        return updated.with_changes(func=cst.Name(self.names[edit.target]), args=args)
+        return updated.with_changes(func=_expression(self.names[edit.target]), args=args)
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         return self._ref(original, updated)
@@ -65,7 +65,7 @@ class PlanRewriter(cst.CSTTransformer):
         target = self.edits.refs.get(original)
         if target is None:
             return updated
-        return cst.Name(self.names[target], lpar=updated.lpar, rpar=updated.rpar)
+        return _expression(self.names[target]).with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
     # ----------------------------------------------------------------- imports
     def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:
@@ -201,6 +201,15 @@ class PlanRewriter(cst.CSTTransformer):
             out[0] = _with_leading(out[0], carried)
             carried = []
         return out, [*carried, *footer]
+
+
+def _expression(dotted: str) -> cst.Name | cst.Attribute:
+    """`a.b.C` as an expression: a local name, or a class reached through an imported module."""
+    head, *rest = dotted.split(".")
+    node: cst.Name | cst.Attribute = cst.Name(head)
+    for part in rest:
+        node = cst.Attribute(value=node, attr=cst.Name(part))
+    return node
 
 
 def _planned_nodes(edits: Edits, imports: ImportPlan) -> Iterable[cst.CSTNode]:
