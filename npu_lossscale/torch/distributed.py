@@ -43,6 +43,16 @@ def should_reduce(is_distributed: bool | None, process_group: Any = None) -> boo
 
 
 def agree(flag: torch.Tensor, process_group: Any = None) -> torch.Tensor:
-    """Sum the float overflow flag over the group, in place: > 0 means some rank overflowed."""
-    dist.all_reduce(flag, op=dist.ReduceOp.SUM, group=process_group)
+    """Sum the float overflow flag over the group, in place: > 0 means some rank overflowed.
+
+    A rank that died or hung makes the collective fail (after the group's timeout at worst); the
+    error then says which collective it was, since the user never called it by name.
+    """
+    try:
+        dist.all_reduce(flag, op=dist.ReduceOp.SUM, group=process_group)
+    except Exception as error:
+        raise RuntimeError(
+            "npu_lossscale.torch: summing the overflow flag over the ranks failed, so this "
+            f"step cannot be decided; another rank has probably died or hung ({error})"
+        ) from error
     return flag
