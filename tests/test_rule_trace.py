@@ -121,7 +121,58 @@ def _keras(init: float, hyper: dict, steps: list[bool]) -> list[tuple[float, int
     return states
 
 
-DRIVERS: dict[str, Driver] = {"core": _core, "tf": _tf_manager, "keras": _keras}
+def _torch_steps(scaler: object, steps: list[bool]) -> list[tuple[float, int]]:
+    """Real backward passes of a tiny torch module; an inf in the input makes a step overflow.
+    The input is tiny so that no scale up to float32's largest keeps a clean gradient finite."""
+    import torch
+
+    model = torch.nn.Linear(2, 1, bias=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
+    clean = torch.full((4, 2), 1e-30)
+    poisoned = clean.clone()
+    poisoned[0, 0] = float("inf")
+    states = []
+    for finite in steps:
+        optimizer.zero_grad()
+        scaler.scale(model(clean if finite else poisoned).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        states.append((scaler.get_scale(), scaler.skipped_steps))
+    return states
+
+
+def _torch(init: float, hyper: dict, steps: list[bool]) -> list[tuple[float, int]]:
+    """GradScaler with torch's argument names for the rule's settings."""
+    from npu_lossscale.torch import GradScaler
+
+    scaler = GradScaler(
+        "cpu",
+        init,
+        hyper["incr_ratio"],
+        hyper["decr_ratio"],
+        hyper["incr_every_n_steps"],
+        decr_every_n_nan_or_inf=hyper["decr_every_n_nan_or_inf"],
+        min_loss_scale=hyper.get("min_loss_scale", 1.0),
+        max_loss_scale=hyper.get("max_loss_scale"),
+    )
+    return _torch_steps(scaler, steps)
+
+
+def _torch_manager(init: float, hyper: dict, steps: list[bool]) -> list[tuple[float, int]]:
+    """GradScaler.from_manager: the Ascend adapter's rule through its manager's signature."""
+    from npu_lossscale.torch import ExponentialUpdateLossScaleManager, GradScaler
+
+    manager = ExponentialUpdateLossScaleManager(init, **hyper)
+    return _torch_steps(GradScaler.from_manager(manager, device="cpu"), steps)
+
+
+DRIVERS: dict[str, Driver] = {
+    "core": _core,
+    "tf": _tf_manager,
+    "keras": _keras,
+    "torch": _torch,
+    "torch-manager": _torch_manager,
+}
 
 
 @pytest.mark.parametrize("trace", sorted(TRACES))
