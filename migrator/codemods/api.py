@@ -195,6 +195,25 @@ def optimizer_flavour(name: str) -> str | None:
     return None
 
 
+# Keras optimizers of the Keras 2 generation, which Keras 3 (and npu_lossscale.keras) cannot wrap.
+_KERAS_2_OPTIMIZER_PREFIXES = (
+    "tf_keras.",
+    "tensorflow.python.keras.",
+    "tensorflow_addons.",
+    "tensorflow.keras.optimizers.legacy.",
+    "tensorflow.keras.optimizers.experimental.",
+    "tensorflow.optimizers.legacy.",
+    "tensorflow.optimizers.experimental.",
+    "keras.optimizers.legacy.",
+    "keras.optimizers.experimental.",
+)
+
+
+def is_keras_2_optimizer(name: str) -> bool:
+    """A tf_keras / `optimizers.legacy` / TensorFlow Addons optimizer constructor or base."""
+    return name.startswith(_KERAS_2_OPTIMIZER_PREFIXES)
+
+
 def wraps_optimizer(name: str) -> bool:
     """Calls whose result is their first argument, wrapped: the flavour is that argument's."""
     return classify(name) in (Kind.TF_OPTIMIZER, Kind.GRAPH_REWRITE, Kind.CONTRIB_OPTIMIZER) or (

@@ -102,6 +102,8 @@ def replace_argument(args: Sequence[cst.Arg], index: int, new: Sequence[cst.Arg]
             )
         return out
     spaced = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    if index > 0 and _breaks_line(out[index - 1].comma):
+        spaced = out[index - 1].comma  # one argument per line: so are the new ones
     placed = [a.with_changes(comma=spaced) for a in new[:-1]]
     placed.append(
         new[-1].with_changes(comma=old.comma, whitespace_after_arg=old.whitespace_after_arg)

@@ -134,6 +134,8 @@ class KerasPort:
         a = self.analyzer
         what = a.code(site.call.func)
         problem = site.problem
+        if problem is None:
+            problem = self._inner_problem(site)
         scale = LossScale("default")
         if problem is None and site.spelling != "keras":
             scale, problem = self._loss_scale(site)
@@ -168,6 +170,20 @@ class KerasPort:
                 )
             )
 
+    def _inner_problem(self, site: KerasSite) -> str | None:
+        """Why the wrapped optimizer cannot go into npu_lossscale.keras.LossScaleOptimizer: a Keras
+        2 optimizer there raises ValueError at construction (it subclasses Keras 3's wrapper)."""
+        a = self.analyzer
+        inner = site.call.args[site.bound[_INNER[site.spelling]]].value
+        if a.optimizer_flavour(inner) != "keras2":
+            return None
+        return (
+            f"`{_one_line(a.code(inner))}` is a Keras 2 optimizer (tf_keras, optimizers.legacy or "
+            "TensorFlow Addons), and npu_lossscale.keras.LossScaleOptimizer wraps Keras 3 "
+            "optimizers only (ValueError at start-up); port the optimizer to keras.optimizers "
+            "first, then run npu-migrate again"
+        )
+
     def _loss_scale(self, site: KerasSite) -> tuple[LossScale, str | None]:
         """What the `loss_scale` argument maps to, or why it cannot be mapped exactly."""
         index = site.bound.get("loss_scale")
@@ -184,7 +200,15 @@ class KerasPort:
         if args_.is_numeric_literal(value):
             return LossScale("fixed"), None
         a = self.analyzer
-        ctor = a.ctor_for(value) if isinstance(value, cst.Call) else None
+        ctor = a.ctor_for(value)
+        if ctor is not None and isinstance(value, cst.Name):
+            ctor.keras = True  # reported here, with the reason it stays
+            what = a.code(ctor.call.func)
+            return LossScale("default"), (
+                f"its loss scale `{value.value}` is a {what} object bound at line {ctor.line}; "
+                "the Keras optimizer keeps the scale itself, so pass its arguments inline, or "
+                "port its other uses by hand"
+            )
         if ctor is None:
             return LossScale("default"), (
                 f"its loss scale `{_one_line(a.code(value))}` is not 'dynamic', a number or a "

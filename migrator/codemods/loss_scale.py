@@ -619,8 +619,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if problem is None:
             assert not isinstance(bound, str)
             inner = call.args[bound["opt"]].value
-            flavour = self._optimizer_flavour(inner)
-            if flavour == "keras" and kind is Kind.GRAPH_REWRITE and not unused:
+            flavour = self.optimizer_flavour(inner)
+            if flavour in ("keras", "keras2") and kind is Kind.GRAPH_REWRITE and not unused:
                 # TF 2 wraps a Keras optimizer in Keras's LossScaleOptimizer: the Keras port's.
                 self.keras.graph_rewrite(call, bound)
                 return
@@ -645,7 +645,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self._consume(node)
         self.sites.append(Site(call, (), self._provider(node)))
 
-    def _optimizer_flavour(self, inner: cst.BaseExpression) -> str | None:
+    def optimizer_flavour(self, inner: cst.BaseExpression) -> str | None:
         flavour = self._flavour(inner, set())
         return None if flavour == "cycle" else flavour
 
@@ -654,7 +654,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         optimizer there raises ValueError at start-up. Decided by the constructor's qualified
         name; where it cannot be seen in a file that uses Keras, the port goes ahead with a
         warning (a TF1 script's optimizers are v1 ones, so silence there is no guess)."""
-        if flavour == "keras":
+        if flavour in ("keras", "keras2"):
             return (
                 f"`{_code(inner)}` is a Keras optimizer, which the tf.compat.v1 "
                 f"{api.OPTIMIZER} rejects (ValueError at start-up); port it by hand to "
@@ -671,8 +671,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         return None
 
     def _flavour(self, expr: cst.BaseExpression, seen: set[int]) -> str | None:
-        """'keras', 'v1' or None (unknown) for an optimizer expression, following names to their
-        assignments in scope and Horovod's wrapper to what it wraps."""
+        """'keras', 'keras2' (tf_keras, optimizers.legacy, TensorFlow Addons), 'v1' or None
+        (unknown) for an optimizer expression, following names to their assignments in scope and
+        Horovod's wrapper to what it wraps."""
         if id(expr) in seen:
             return "cycle"  # `opt = wrap(opt)`: says nothing about the optimizer itself
         if len(seen) > 8:
@@ -681,7 +682,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if isinstance(expr, cst.Call):
             name = self.canonical(expr.func)
             if name is not None:
-                flavour = api.optimizer_flavour(name)  # horovod.tensorflow.keras is Keras
+                flavour = _name_flavour(name)  # horovod.tensorflow.keras is Keras
                 if flavour is None and api.wraps_optimizer(name) and expr.args:
                     return self._flavour(expr.args[0].value, seen)
                 return flavour
@@ -689,8 +690,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if isinstance(expr, cst.Name):
             flavours = {self._assigned_flavour(a, seen) for a in self._assignments(expr)}
             flavours.discard("cycle")
-            if "keras" in flavours:
-                return "keras"
+            for keras in ("keras2", "keras"):
+                if keras in flavours:
+                    return keras
             return "v1" if flavours == {"v1"} else None
         return None
 
@@ -717,7 +719,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             return None
         for base in classes[0].bases:
             name = self.canonical(base.value)
-            flavour = api.optimizer_flavour(name) if name is not None else None
+            flavour = _name_flavour(name) if name is not None else None
             if flavour is None and isinstance(base.value, cst.Name):
                 flavour = self._class_flavour(base.value)
             if flavour is not None:
@@ -749,7 +751,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         """Resolve the cross-site decisions once the whole file has been seen."""
         for call, _ in self._contrib_optimizers:
             inner = call.args[0].value if call.args else None
-            keras = self._keras_problem(inner, self._optimizer_flavour(inner)) if inner else None
+            keras = self._keras_problem(inner, self.optimizer_flavour(inner)) if inner else None
             if keras is not None:
                 self._give_up("unported-api", f"nothing was changed: {keras}", call)
                 return
@@ -1154,6 +1156,11 @@ def _subclass_problem(cls: cst.ClassDef) -> str | None:
         ):
             return f"uses the base class's private `self.{node.attr.value}`"
     return None
+
+
+def _name_flavour(name: str) -> str | None:
+    flavour = api.optimizer_flavour(name)
+    return "keras2" if flavour == "keras" and api.is_keras_2_optimizer(name) else flavour
 
 
 def _is_true(value: cst.BaseExpression | None) -> bool:

@@ -1,0 +1,214 @@
+"""The Keras port of `npu-migrate`, through the real CLI on the fixtures in fixtures/migrator/keras.
+
+One CLI run ports every fixture into a tmp dir; the checks read the ported text (parsed with `ast`,
+so layout does not matter) and the JSON report. One subprocess then trains the ported
+`train_fit.py` under TensorFlow 2.21's Keras 3: model.fit through all three wrappers, and a
+hand-written loop whose scale must follow TF's DynamicLossScale rule step for step.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_runner import REPO_ROOT, run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures" / "migrator" / "keras"
+OURS = "npu_lossscale.keras.optimizer.LossScaleOptimizer"
+
+
+@pytest.fixture(scope="module")
+def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("keras_port")
+    src, out = root / "src", root / "out"
+    shutil.copytree(FIXTURES, src)
+    report = root / "report.json"
+    first = run_cli("--output-dir", out, "--copy-unchanged", "--report", report, "--no-color", src)
+    assert first.returncode == 0, first.stderr
+    again = run_cli("--check", "--no-color", out)
+    findings = json.loads(report.read_text(encoding="utf-8"))["findings"]
+    return {"out": out, "findings": findings, "again": again}
+
+
+def _text(ported: dict, name: str) -> str:
+    return (ported["out"] / name).read_text(encoding="utf-8")
+
+
+def _calls(ported: dict, name: str, func: str) -> list[ast.Call]:
+    """Calls of `func` (a name or a dotted attribute) in the ported file, in source order."""
+    tree = ast.parse(_text(ported, name))
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == func]
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+
+
+def _signature(call: ast.Call) -> tuple[list[str], dict[str, str]]:
+    positional = [ast.unparse(a) for a in call.args]
+    return positional, {k.arg: ast.unparse(k.value) for k in call.keywords if k.arg}
+
+
+def _line(name: str, text: str) -> int:
+    """The line of the original fixture where `text` first appears."""
+    lines = (FIXTURES / name).read_text(encoding="utf-8").splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def _found(ported: dict, name: str, kind: str) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for f in ported["findings"]:
+        if Path(f["path"]).name == name and f["kind"] == kind:
+            out.setdefault(f["line"], []).append(f)
+    return out
+
+
+def _imports(ported: dict, name: str) -> list[str]:
+    tree = ast.parse(_text(ported, name))
+    return [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def test_tf24_spellings_keep_their_arguments(ported: dict) -> None:
+    name = "tf24_spellings.py"
+    calls = [_signature(c) for c in _calls(ported, name, "LossScaleOptimizer")]
+    assert calls == [
+        (["adam"], {}),
+        (["tf.keras.optimizers.SGD(learning_rate, momentum=0.9)"], {
+            "initial_scale": "2 ** 12", "dynamic_growth_steps": "1000"}),
+        (["adam"], {"dynamic": "False", "initial_scale": "fixed_scale"}),
+        # tf_keras's positional order (dynamic second) passed by keyword
+        (["plain"], {"dynamic": "False", "initial_scale": "512"}),
+        (["adam", "4096", "100"], {}),  # Keras 3's order is ours
+        ([], {"inner_optimizer": "adam"}),  # Keras 2's None meant the default
+    ]  # fmt: skip
+    imports = _imports(ported, name)
+    assert "from npu_lossscale.keras import LossScaleOptimizer" in imports
+    # still used by set_global_policy, so it stays
+    assert "from tensorflow.keras import mixed_precision" in imports
+    assert "mixed_precision.LossScaleOptimizer" not in _text(ported, name)
+
+
+def test_tf21_experimental_loss_scale_becomes_keywords(ported: dict) -> None:
+    name = "tf21_experimental.py"
+    calls = [_signature(c) for c in _calls(ported, name, "LossScaleOptimizer")]
+    assert calls == [
+        (["self.optimizer"], {}),  # loss_scale="dynamic" is the default rule
+        ([], {"inner_optimizer": "tf.keras.optimizers.SGD(0.1)", "initial_scale": "1024",
+              "dynamic": "False"}),
+        (["tf.keras.optimizers.SGD(0.01)"], {"initial_scale": "2 ** 15",
+              "dynamic_growth_steps": "500", "incr_ratio": "4.0", "decr_ratio": "0.25"}),
+        (["tf.keras.optimizers.SGD(0.01)"], {"initial_scale": "64", "dynamic": "False"}),
+    ]  # fmt: skip
+    text = _text(ported, name)
+    assert "DynamicLossScale(\n" not in text and "FixedLossScale" not in text
+    # A loss scale held in a variable (a number or "dynamic"?) and a DynamicLossScale object
+    # bound to a name are left, each with its reason.
+    warned = _found(ported, name, "warning")
+    unknown = _line(name, "LossScaleOptimizer(self.optimizer, loss_scale_value)")
+    assert "loss_scale_value" in warned[unknown][0]["message"]
+    bound = _line(name, "LossScaleOptimizer(tf.keras.optimizers.SGD(0.01), scale)")
+    assert "bound at line" in warned[bound][0]["message"]
+    assert set(warned) == {unknown, bound}
+    # the experimental module alias is still used by the line left as it was
+    assert any("import experimental as mixed_precision" in i for i in _imports(ported, name))
+
+
+def test_keras_graph_rewrite_is_ported_with_a_precision_warning(ported: dict) -> None:
+    name = "graph_rewrite_keras.py"
+    calls = [_signature(c) for c in _calls(ported, name, "LossScaleOptimizer")]
+    assert calls == [
+        ([], {"inner_optimizer": "opt"}),
+        (["optimizer"], {"initial_scale": "128", "dynamic": "False"}),
+        (["tf.keras.optimizers.SGD(0.1)"], {"initial_scale": "1024",
+                                            "dynamic_growth_steps": "1000"}),
+    ]  # fmt: skip
+    assert "enable_mixed_precision_graph_rewrite" not in _text(ported, name)
+    changes, warnings = _found(ported, name, "change"), _found(ported, name, "warning")
+    for marker in ("(opt=opt)", "compat.v1.mixed_precision", "return tf.train.experimental"):
+        line = _line(name, marker)
+        assert any(f["rule"] == "graph-rewrite" for f in changes[line])
+        assert "mixed_float16" in warnings[line][0]["message"]
+
+
+def test_is_distributed_follows_the_tf1_decision(ported: dict) -> None:
+    (hvd,) = _calls(ported, "horovod_keras.py", "LossScaleOptimizer")
+    assert _signature(hvd)[1] == {"dynamic": "True", "is_distributed": "True"}
+    # Under a tf.distribute strategy the Keras optimizer's default already reduces: nothing added.
+    (mirrored,) = _calls(ported, "strategy_keras.py", "LossScaleOptimizer")
+    assert _signature(mirrored) == (["optimizer"], {})
+    (change,) = [
+        f
+        for found in _found(ported, "strategy_keras.py", "change").values()
+        for f in found
+        if f["rule"] == "keras-loss-scale-optimizer"
+    ]
+    assert "no is_distributed because" in change["message"]
+
+
+def test_a_name_still_bound_to_keras_gets_an_alias(ported: dict) -> None:
+    name = "own_name.py"
+    imports = _imports(ported, name)
+    assert "from tensorflow.keras.mixed_precision import LossScaleOptimizer" in imports
+    alias = "from npu_lossscale.keras import LossScaleOptimizer as NPUKerasLossScaleOptimizer"
+    assert alias in imports
+    assert len(_calls(ported, name, "NPUKerasLossScaleOptimizer")) == 2
+    assert "isinstance(optimizer, LossScaleOptimizer)" in _text(ported, name)
+    assert not _found(ported, name, "warning")  # Keras 3's isinstance() holds for ours
+
+
+def test_module_style_file_gets_the_module_import(ported: dict) -> None:
+    name = "module_style.py"
+    assert "import npu_lossscale.keras" in _imports(ported, name)
+    assert len(_calls(ported, name, "npu_lossscale.keras.LossScaleOptimizer")) == 1
+
+
+def test_unmappable_wrappers_are_left_with_their_reasons(ported: dict) -> None:
+    name = "left_alone.py"
+    assert _text(ported, name) == (FIXTURES / name).read_text(encoding="utf-8")
+    warned = _found(ported, name, "warning")
+    reasons = {
+        "flags.dynamic_loss_scale)": "Keras 3",
+        "flags.loss_scale)": "flags.loss_scale",
+        '"auto")': "'auto'",
+        "legacy.SGD(0.1)": "Keras 2 optimizer",
+        "tf_keras.optimizers.Adam": "Keras 2 optimizer",
+        "enable_mixed_precision_graph_rewrite(tf.keras": "result is unused",
+        "experimental.LossScaleOptimizer)": "isinstance() test is false",
+    }
+    for marker, reason in reasons.items():
+        (finding,) = warned[_line(name, marker)]
+        assert reason in finding["message"], marker
+    assert len(warned) == len(reasons)
+
+
+def test_ported_files_compile_and_a_second_run_changes_nothing(ported: dict) -> None:
+    for path in sorted(ported["out"].glob("*.py")):
+        compile(path.read_bytes(), str(path), "exec")
+    assert ported["again"].returncode == 0, ported["again"].stdout
+
+
+def test_ported_keras_script_trains(ported: dict) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("INF_NAN_MODE_ENABLE", None)
+    done = subprocess.run(
+        [sys.executable, "train_fit.py"],
+        cwd=ported["out"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["classes"] == [OURS] * 4
+    assert all(math.isfinite(loss) for loss in result["losses"])
+    assert (result["fixed_scale"], result["fixed_dynamic"]) == (128.0, False)
+    # TF's DynamicLossScale(256, increment_period=2, multiplier=4): x4 after two clean steps,
+    # /4 on the overflow, which applies nothing.
+    trace = result["trace"]
+    assert [step["scale"] for step in trace] == [256.0, 1024.0, 256.0, 256.0]
+    assert trace[2]["w"] == trace[1]["w"] and trace[3]["w"] != trace[2]["w"]
