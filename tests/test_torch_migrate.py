@@ -222,6 +222,52 @@ def test_value_use_keeps_torch_name_and_ports_the_rest(tmp_path: Path) -> None:
     assert "t.py:3: torch-grad-scaler:" in proc.stderr
 
 
+EDGES = {
+    # name: (source, (line, rule) of its one finding); none of them may change
+    "npu_device.py": (
+        'import torch\ns = torch.amp.GradScaler("npu", init_scale=1024)\n',
+        (2, "torch-npu"),
+    ),
+    "try_import.py": (
+        "try:\n    from torch.amp import GradScaler\nexcept ImportError:\n"
+        "    from torch.cuda.amp import GradScaler\ns = GradScaler()\n",
+        (5, "torch-grad-scaler"),
+    ),
+    "star.py": ("from torch.cuda.amp import *\ns = GradScaler()\n", (2, "torch-grad-scaler")),
+    "taken.py": (
+        "import torch\nnpu_lossscale = None\ns = torch.cuda.amp.GradScaler()\n",
+        (3, "name-conflict"),
+    ),
+    "reexport.py": (
+        "from torch.cuda.amp import GradScaler, autocast\nwith autocast():\n    pass\n",
+        (1, "torch-grad-scaler"),
+    ),
+}
+
+
+def test_edge_shapes_are_reported_and_left_unchanged(tmp_path: Path) -> None:
+    for name, (source, _) in EDGES.items():
+        (tmp_path / name).write_text(source, encoding="utf-8")
+    proc = run_cli("--check", "--report", tmp_path / "r.json", tmp_path)
+    assert proc.returncode == 0, proc.stdout  # nothing would change
+    report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    for name, (_, expected) in EDGES.items():
+        found = [(f["line"], f["rule"], f["kind"]) for f in _findings(report, name)]
+        assert found == [(*expected, "warning")], name
+
+
+def test_existing_library_import_is_reused(tmp_path: Path) -> None:
+    source = (
+        "import torch\nimport npu_lossscale.torch\n\n"
+        "a = torch.cuda.amp.GradScaler()\nb = npu_lossscale.torch.GradScaler()\n"
+    )
+    (tmp_path / "t.py").write_text(source, encoding="utf-8")
+    assert run_cli("--write", tmp_path / "t.py").returncode == 0
+    assert (tmp_path / "t.py").read_text(encoding="utf-8") == source.replace(
+        "torch.cuda.amp.GradScaler()", "npu_lossscale.torch.GradScaler()"
+    )
+
+
 def test_crlf_and_encoding_survive(tmp_path: Path) -> None:
     source = (
         "# -*- coding: gbk -*-\r\n# 混合精度\r\nimport torch\r\n\r\n"
