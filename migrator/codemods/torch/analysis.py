@@ -188,10 +188,10 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                 "as it is",
             )
         else:
-            self._use(node, kind, name)
+            self._use(node, kind)
         return False
 
-    def _use(self, node: cst.Name | cst.Attribute, kind: Kind, name: str) -> None:
+    def _use(self, node: cst.Name | cst.Attribute, kind: Kind) -> None:
         parent = self.parent(node)
         if isinstance(parent, cst.Call) and parent.func is node:
             self._constructor(node, parent, kind)
@@ -249,15 +249,15 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         else:
             details.append("device='auto' (the NPU) instead of CUDA")
         by_name = kind is not Kind.AMP or drop is not None
-        positional = [p for p, i in sorted(bound.items(), key=lambda x: x[1])]
-        positional = [p for p in positional if call.args[bound[p]].keyword is None]
-        if by_name and [p for p in positional if p != drop]:
-            named = ", ".join(p for p in positional if p != drop)
-            details.append(f"positional arguments passed by name ({named})")
+        named = [
+            p
+            for p, i in sorted(bound.items(), key=lambda item: item[1])
+            if call.args[i].keyword is None and p != drop
+        ]
+        if by_name and named:
+            details.append(f"positional arguments passed by name ({', '.join(named)})")
         add_device = "cpu" if kind is Kind.CPU else None
-        self.plan.calls[call] = builder(
-            bound, params, drop=drop, by_name=by_name, add_device=add_device
-        )
+        self.plan.calls[call] = builder(bound, drop=drop, by_name=by_name, add_device=add_device)
         self._rewrite(node, call)
         self._change(call, f"{what} -> {names.PORTED}(...), settings kept; {'; '.join(details)}")
         if device_warning is not None:

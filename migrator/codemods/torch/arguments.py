@@ -20,14 +20,14 @@ _NO_SPACE = cst.SimpleWhitespace("")
 
 def builder(
     bound: dict[str, int],
-    params: Sequence[str],
     *,
     drop: str | None,
     by_name: bool,
     add_device: str | None = None,
 ) -> Builder:
-    """The new argument list: `drop` removed, positionals named when `by_name`, and
-    `device=add_device` appended (torch.cpu.amp's scaler, whose device is implied)."""
+    """The new argument list from the call's arguments bound to parameter names (every index
+    present): `drop` removed, positionals named when `by_name`, and `device=add_device` appended
+    (torch.cpu.amp's scaler, whose device is implied)."""
     names = {index: name for name, index in bound.items()}
     dropped = bound.get(drop) if drop is not None else None
 
@@ -37,7 +37,7 @@ def builder(
             if index == dropped:
                 continue
             if by_name and arg.keyword is None:
-                arg = _named(arg, names.get(index, params[index]))
+                arg = _named(arg, names[index])
             out.append(arg)
         if dropped is not None and dropped == len(arguments) - 1 and out:
             # The last argument went: the one before it takes its comma (or its absence).
