@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.amp.grad_scaler import OptState, _MultiDeviceReplicator, _refresh_per_optimizer_state
+from torch.amp.grad_scaler import OptState, _refresh_per_optimizer_state
 
 from npu_lossscale.modes import OverflowMode
 from npu_lossscale.rule import DynamicRule, RuleState, check_bool, check_scale, to_float32
@@ -66,6 +66,22 @@ def _resolve_device(device: object) -> str:
     if ascend.torch_npu() is not None:
         return "npu"
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class _PerDevice:
+    """A scalar tensor served on every device that asks, copied once per device; unlike stock's
+    replicator, its own device gets the tensor itself (no copy on single-device models)."""
+
+    def __init__(self, master: torch.Tensor) -> None:
+        self.tensors = {master.device: master}
+
+    def get(self, device: torch.device) -> torch.Tensor:
+        tensor = self.tensors.get(device)
+        if tensor is None:
+            tensor = self.tensors[device] = next(iter(self.tensors.values())).to(
+                device, non_blocking=True, copy=True
+            )
+        return tensor
 
 
 class GradScaler(torch.amp.GradScaler):
@@ -141,6 +157,7 @@ class GradScaler(torch.amp.GradScaler):
         )
         self._state = RuleState(to_float32(init))
         self._scale: torch.Tensor | None = None
+        self._inv_scale: torch.Tensor | None = None
         # Saturation mode on the chip: the device's float status replaces the element check.
         self._chip_status = (
             device == "npu"
@@ -232,6 +249,15 @@ class GradScaler(torch.amp.GradScaler):
         if self.is_distributed:
             distributed.require_group()
         self._scale = torch.full((), self._state.scale, dtype=torch.float32, device=dev)
+        self._inv_scale = torch.empty_like(self._scale)
+        self._store_scale()
+
+    def _store_scale(self) -> None:
+        """Write the host's scale and its reciprocal (1/scale in float64 rounded to float32, as
+        stock computes it) to the device tensors, which scale() and unscale_ read."""
+        if self._scale is not None:
+            self._scale.fill_(self._state.scale)
+            self._inv_scale.fill_(to_float32(1.0 / self._state.scale))
 
     def _require_scale(self, funcname: str) -> torch.Tensor:
         if self._scale is None:
@@ -254,10 +280,10 @@ class GradScaler(torch.amp.GradScaler):
             )
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        # 1/scale in float64 rounded to float32: stock's reciprocal, computed on the host.
-        inv_scale = torch.full((), to_float32(1.0 / self._state.scale), device=scale.device)
         found_inf = torch.zeros((), dtype=torch.float32, device=scale.device)
-        state["found_inf_per_device"] = self._unscale_grads_(optimizer, inv_scale, found_inf, False)
+        state["found_inf_per_device"] = self._unscale_grads_(
+            optimizer, self._inv_scale, found_inf, False
+        )
         state["stage"] = OptState.UNSCALED
 
     def _unscale_grads_(
@@ -267,8 +293,7 @@ class GradScaler(torch.amp.GradScaler):
         found_inf: torch.Tensor,
         allow_fp16: bool,
     ) -> dict[torch.device, torch.Tensor]:
-        found = _MultiDeviceReplicator(found_inf)
-        inverse = _MultiDeviceReplicator(inv_scale)
+        found, inverse = _PerDevice(found_inf), _PerDevice(inv_scale)
         with torch.no_grad():
             groups = overflow.gradient_groups(
                 overflow.optimizer_params(optimizer),
@@ -282,7 +307,7 @@ class GradScaler(torch.amp.GradScaler):
                 inverse.get,
                 ascend.float_status if self._chip_status else None,
             )
-        return found._per_device_tensors
+        return found.tensors
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
         """Unscale (unless `unscale_` did), then run `optimizer.step(*args, **kwargs)` unless
@@ -405,9 +430,10 @@ class GradScaler(torch.amp.GradScaler):
             raise RuntimeError(self._rule.stuck_message(self.overflow_mode.value))
 
     def _finish_update(self, state: RuleState, overflowed: bool) -> None:
-        if state.scale != self._state.scale:
-            self._scale.fill_(state.scale)
+        changed = state.scale != self._state.scale
         self._state = state
+        if changed:
+            self._store_scale()
         self._last_step_applied = not overflowed
         self._previous = self._stepped
         self._begin_update()
@@ -428,7 +454,7 @@ class GradScaler(torch.amp.GradScaler):
                 f"({self._rule.min_loss_scale!r})"
             )
         self._state = dataclasses.replace(self._state, scale=to_float32(value))
-        self._scale.fill_(self._state.scale)
+        self._store_scale()
 
     # -- settings ------------------------------------------------------------------------------
 
@@ -450,8 +476,7 @@ class GradScaler(torch.amp.GradScaler):
         self._growth_factor = self._rule.incr_ratio
         self._backoff_factor = self._rule.decr_ratio
         self._growth_interval = self._rule.incr_every_n_steps
-        if self._scale is not None:
-            self._scale.fill_(self._state.scale)
+        self._store_scale()
 
     def get_growth_factor(self) -> float:
         return self._rule.incr_ratio
@@ -537,5 +562,5 @@ class GradScaler(torch.amp.GradScaler):
             )
         state = self.__dict__.copy()
         # The scale tensor is rebuilt by the next scale(); optimizers are not the scaler's to keep.
-        state.update(_scale=None, _previous=[], _stepped=[])
+        state.update(_scale=None, _inv_scale=None, _previous=[], _stepped=[])
         return state
