@@ -582,6 +582,24 @@ def test_host_reads_per_step_no_more_than_stock() -> None:
         assert counts[0] <= counts[1] == 1, mode
 
 
+def test_update_with_a_new_scale_and_pickling_mid_iteration() -> None:
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), 0.1)
+    scaler = GradScaler("cpu", min_loss_scale=4.0)
+    scaler.scale(_loss(model, X)).backward()
+    scaler.step(optimizer)
+    with pytest.raises(AssertionError, match="pickled"):
+        pickle.dumps(scaler)
+    scaler.update(8.0)
+    assert scaler.get_scale() == 8.0 and scaler.scale(torch.ones(())).item() == 8.0
+    _train_step(scaler, model, optimizer, _poisoned())
+    assert scaler.get_scale() == 4.0  # the floor
+    scaler.scale(_loss(model, X)).backward()
+    scaler.step(optimizer)
+    with pytest.raises(ValueError, match="min_loss_scale"):
+        scaler.update(2.0)
+
+
 def test_disabled_scaler_is_a_pass_through() -> None:
     model = _mlp()
     optimizer = torch.optim.SGD(model.parameters(), 0.1)

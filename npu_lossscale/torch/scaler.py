@@ -239,6 +239,9 @@ class GradScaler(torch.amp.GradScaler):
     # -- the training loop -------------------------------------------------------------------
 
     def scale(self, outputs: Any) -> Any:
+        """Multiply the loss (or losses) by the scale, as stock does. In saturation mode on the
+        chip, the update's first call also clears the float status, so that the status read at
+        the step covers exactly this update's forward and backward passes."""
         if self._enabled and self._chip_status and not self._status_cleared:
             ascend.clear_float_status(torch.device(self._device))
             self._status_cleared = True
