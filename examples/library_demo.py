@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # the demo's tables, not TensorFlow's log
+# TF 2.21 prints its oneDNN notice (and, without AVX-512, a DT_HALF fallback warning) before its log
+# level applies; the demo's small fp16 model gains nothing from oneDNN, so it is simply off.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
