@@ -160,6 +160,32 @@ def test_a_name_still_bound_to_keras_gets_an_alias(ported: dict) -> None:
     assert not _found(ported, name, "warning")  # Keras 3's isinstance() holds for ours
 
 
+def test_an_import_left_unused_is_replaced(ported: dict) -> None:
+    # `from tensorflow.keras.mixed_precision import LossScaleOptimizer` -> ours, same name
+    assert _imports(ported, "same_name.py") == [
+        "import tensorflow as tf",
+        "from npu_lossscale.keras import LossScaleOptimizer",
+    ]
+    calls = [_signature(c)[1] for c in _calls(ported, "same_name.py", "LossScaleOptimizer")]
+    assert calls == [{"initial_scale": "flags.loss_scale", "dynamic": "False"}] * 2
+    # a module alias whose one use was ported goes too, and says so
+    assert _imports(ported, "compile_override.py") == [
+        "import tensorflow as tf",
+        "from npu_lossscale.keras import LossScaleOptimizer",
+    ]
+    (call,) = _calls(ported, "compile_override.py", "LossScaleOptimizer")
+    assert _signature(call) == (["tf.keras.optimizers.get(optimizer)"], {})
+    removed = _found(ported, "compile_override.py", "change")[_line("compile_override.py", "mxp")]
+    assert {f["rule"] for f in removed} == {"keras-import", "npu-import"}  # removed, added after
+
+
+def test_keras_reached_through_a_module_alias_is_recognised(ported: dict) -> None:
+    # `tfk = tf.keras`: the graph rewrite wraps a Keras Adam, so it goes to the Keras optimizer
+    (call,) = _calls(ported, "module_alias.py", "LossScaleOptimizer")
+    assert _signature(call) == (["optimizer"], {})
+    assert "NPULossScaleOptimizer" not in _text(ported, "module_alias.py")
+
+
 def test_module_style_file_gets_the_module_import(ported: dict) -> None:
     name = "module_style.py"
     assert "import npu_lossscale.keras" in _imports(ported, name)

@@ -178,10 +178,10 @@ class KerasPort:
         if a.optimizer_flavour(inner) != "keras2":
             return None
         return (
-            f"`{_one_line(a.code(inner))}` is a Keras 2 optimizer (tf_keras, optimizers.legacy or "
-            "TensorFlow Addons), and npu_lossscale.keras.LossScaleOptimizer wraps Keras 3 "
-            "optimizers only (ValueError at start-up); port the optimizer to keras.optimizers "
-            "first, then run npu-migrate again"
+            f"`{_one_line(a.code(inner))}` is, or may be, a Keras 2 optimizer (tf_keras, "
+            "optimizers.legacy or TensorFlow Addons), and npu_lossscale.keras.LossScaleOptimizer "
+            "wraps Keras 3 optimizers only (ValueError at start-up); port the optimizer to "
+            "keras.optimizers first, then run npu-migrate again"
         )
 
     def _loss_scale(self, site: KerasSite) -> tuple[LossScale, str | None]:

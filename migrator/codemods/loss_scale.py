@@ -686,6 +686,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 if flavour is None and api.wraps_optimizer(name) and expr.args:
                     return self._flavour(expr.args[0].value, seen)
                 return flavour
+            aliased = self._through_module_alias(expr.func)
+            if aliased is not None:
+                return _name_flavour(aliased)
             return self._class_flavour(expr.func)
         if isinstance(expr, cst.Name):
             flavours = {self._assigned_flavour(a, seen) for a in self._assignments(expr)}
@@ -695,6 +698,28 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                     return keras
             return "v1" if flavours == {"v1"} else None
         return None
+
+    def _through_module_alias(self, func: cst.BaseExpression) -> str | None:
+        """`tfk.optimizers.Adam` where the file says `tfk = tf.keras` once: the qualified name
+        of `tf.keras.optimizers.Adam` (scripts shorten module paths this way)."""
+        root: cst.BaseExpression = func
+        rest: list[str] = []
+        while isinstance(root, cst.Attribute):
+            rest.insert(0, root.attr.value)
+            root = root.value
+        if not rest or not isinstance(root, cst.Name):
+            return None
+        assignments = self._assignments(root)
+        if len(assignments) != 1:
+            return None
+        holder = self.parent(assignments[0].node)
+        statement = self.parent(holder) if holder is not None else None
+        if not (isinstance(holder, cst.AssignTarget) and isinstance(statement, cst.Assign)):
+            return None
+        if not isinstance(statement.value, cst.Attribute):
+            return None
+        module = self.canonical(statement.value)
+        return ".".join([module, *rest]) if module is not None else None
 
     def _assignments(self, name: cst.Name) -> list[Assignment]:
         scope = self.scope(name)
