@@ -36,6 +36,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/distributed_overhead.py
+	$(PY) benchmarks/keras_overhead.py
 	$(PY) benchmarks/torch_overhead.py
 	$(PY) benchmarks/torch_distributed_overhead.py
 	$(PY) benchmarks/migrate_speed.py
