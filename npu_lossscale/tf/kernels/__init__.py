@@ -21,32 +21,24 @@ since building on ``import npu_lossscale`` would cost every first import about 1
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import importlib.util
 import logging
-import os
 import shutil
-import subprocess
-import sys
-import tempfile
 import threading
-import time
 from pathlib import Path
 from types import ModuleType
 
 import tensorflow as tf
 
+from npu_lossscale import _build_cache
+
 logger = logging.getLogger("npu_lossscale")
 
-DISABLE_ENV = "NPU_LOSSSCALE_FUSED"
-CACHE_ENV = "NPU_LOSSSCALE_CACHE"
+DISABLE_ENV = _build_cache.DISABLE_ENV
+CACHE_ENV = _build_cache.CACHE_ENV
+LIBRARY = "npu_lossscale_ops.so"
 OP_NAMES = ("NpuUnscaleAndCheck", "NpuLossScaleUpdate")
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("unscale_check.cc", "loss_scale_update.cc"))
-
-# Portable on purpose (no -march=native): the cache directory may be shared between machines.
-_CXXFLAGS = ("-O3", "-shared", "-fPIC", "-w")
-_COMPILE_TIMEOUT_S = 600
 
 _lock = threading.Lock()
 # "library": (module, None) or (None, why) once built or tried; "module": what fused_ops hands
@@ -54,17 +46,12 @@ _lock = threading.Lock()
 _state: dict[str, object] = {}
 
 
-def enabled() -> bool:
-    """Whether the environment allows the fused op (checked on every use, so it can be toggled)."""
-    return os.environ.get(DISABLE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
 # Called while a tf.function is traced; AutoGraph would otherwise try to convert the loader and
 # the os/importlib helpers it calls, and warn once per helper that it cannot.
 @tf.autograph.experimental.do_not_convert
 def fused_ops() -> ModuleType | None:
     """The loaded op module, building it the first time; None (after one warning) if unusable."""
-    if not enabled():
+    if not _build_cache.enabled():
         return None
     with _lock:
         if "module" not in _state:
@@ -105,9 +92,9 @@ def built() -> bool:
 
     False means the next use compiles them (about 15 s), so a script can say so before it waits.
     """
-    if "library" in _state or not enabled() or _unusable_reason() is not None:
+    if "library" in _state or not _build_cache.enabled() or _unusable_reason() is not None:
         return True
-    return (_cache_dir() / "npu_lossscale_ops.so").exists()
+    return (_cache_dir() / LIBRARY).exists()
 
 
 def unavailable_reason() -> str | None:
@@ -137,13 +124,9 @@ def _unusable_reason() -> str | None:
         return "an Ascend adapter is installed (the graph runs on the NPU)"
     if tf.config.list_physical_devices("GPU"):
         return "GPUs are visible (the op is CPU-only)"
-    if shutil.which(_compiler()) is None:
-        return f"no C++ compiler {_compiler()!r} on PATH"
+    if shutil.which(_build_cache.compiler()) is None:
+        return f"no C++ compiler {_build_cache.compiler()!r} on PATH"
     return None
-
-
-def _compiler() -> str:
-    return os.environ.get("CXX", "g++")
 
 
 def _library_locked() -> tuple[ModuleType | None, str | None]:
@@ -151,24 +134,22 @@ def _library_locked() -> tuple[ModuleType | None, str | None]:
     The caller holds ``_lock``."""
     if "library" not in _state:
         try:
-            module = tf.load_op_library(str(_build()))
+            library = _cache_dir() / LIBRARY
+            _build_cache.build(library, _build_command, "the fused CPU ops")
+            module = tf.load_op_library(str(library))
             for name in OP_NAMES:
                 tf.no_gradient(name)
             _state["library"] = (module, None)
         except Exception as error:  # any build or load failure means "use the pure-TF path"
-            _state["library"] = (None, f"{type(error).__name__}: {_first_line(str(error))}")
+            reason = f"{type(error).__name__}: {_build_cache.first_line(str(error))}"
+            _state["library"] = (None, reason)
     return _state["library"]  # type: ignore[return-value]
-
-
-def _first_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[0][:300] if lines else "no message"
 
 
 def _build_command(output: Path) -> list[str]:
     return [
-        _compiler(),
-        *_CXXFLAGS,
+        _build_cache.compiler(),
+        *_build_cache.CXXFLAGS,
         *(str(source) for source in SOURCES),
         "-o",
         str(output),
@@ -178,49 +159,6 @@ def _build_command(output: Path) -> list[str]:
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get(CACHE_ENV) or os.path.join(Path.home(), ".cache", "npu_lossscale")
-    key = hashlib.sha256()
-    for source in SOURCES:
-        key.update(source.read_bytes())
-    key.update(tf.__version__.encode())
-    key.update(tf.__file__.encode())
-    key.update(" ".join(_build_command(Path("out"))).encode())
-    key.update(sys.platform.encode())
-    return Path(root) / key.hexdigest()[:20]
-
-
-def _build() -> Path:
-    """Compile once per cache key; a file lock makes parallel processes wait for one build."""
-    directory = _cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    library = directory / "npu_lossscale_ops.so"
-    with open(directory / ".lock", "w") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        if library.exists():
-            return library
-        handle, temp_name = tempfile.mkstemp(suffix=".so", dir=directory)
-        os.close(handle)
-        temp = Path(temp_name)
-        try:
-            started = time.perf_counter()
-            logger.info("npu_lossscale: compiling the fused CPU ops (one-off)")
-            done = subprocess.run(
-                _build_command(temp),
-                capture_output=True,
-                text=True,
-                timeout=_COMPILE_TIMEOUT_S,
-                check=False,
-            )
-            if done.returncode != 0:
-                errors = [line for line in done.stderr.splitlines() if "error" in line]
-                message = _first_line(errors[0] if errors else done.stderr)
-                raise RuntimeError(f"{_compiler()} failed: {message}")
-            os.replace(temp, library)
-            logger.info(
-                "npu_lossscale: fused ops built in %.1f s into %s",
-                time.perf_counter() - started,
-                library,
-            )
-        finally:
-            temp.unlink(missing_ok=True)
-    return library
+    return _build_cache.cache_dir(
+        SOURCES, (tf.__version__, tf.__file__), _build_command(Path("out"))
+    )

@@ -1,0 +1,102 @@
+"""Compile a fused CPU op library once per machine setup with the host's C++ compiler, and cache it.
+
+Shared by the TensorFlow and PyTorch front-ends (npu_lossscale.tf.kernels,
+npu_lossscale.torch.kernels). A framework's custom op must be compiled against the exact framework
+it is loaded into, so each library is built on first use and kept in a cache directory whose name
+hashes everything the binary depends on: the sources, the framework's version and location, the
+compiler command and the platform. A change to any of them builds afresh; nothing else does.
+
+``NPU_LOSSSCALE_FUSED=0`` turns the fused ops off; ``NPU_LOSSSCALE_CACHE`` moves the cache
+(default ``~/.cache/npu_lossscale``). Parallel processes wait on a file lock for one build, and a
+library appears under its final name only once complete, so none ever loads a half-written file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+logger = logging.getLogger("npu_lossscale")
+
+DISABLE_ENV = "NPU_LOSSSCALE_FUSED"
+CACHE_ENV = "NPU_LOSSSCALE_CACHE"
+# Portable on purpose (no -march=native): the cache directory may be shared between machines.
+CXXFLAGS = ("-O3", "-shared", "-fPIC", "-w")
+COMPILE_TIMEOUT_S = 600
+
+
+def enabled() -> bool:
+    """Whether the environment allows the fused ops (read on every use, so it can be toggled)."""
+    return os.environ.get(DISABLE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def compiler() -> str:
+    return os.environ.get("CXX", "g++")
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of an error, cut to 300 characters: what one warning line shows."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else "no message"
+
+
+def cache_dir(sources: Iterable[Path], identity: Iterable[str], command: Sequence[str]) -> Path:
+    """The directory for the library built by ``command`` from ``sources``; ``identity`` names
+    the framework it is built against (version, install location)."""
+    root = os.environ.get(CACHE_ENV) or os.path.join(Path.home(), ".cache", "npu_lossscale")
+    key = hashlib.sha256()
+    for source in sources:
+        key.update(source.read_bytes())
+    for part in identity:
+        key.update(part.encode())
+    key.update(" ".join(command).encode())
+    key.update(sys.platform.encode())
+    return Path(root) / key.hexdigest()[:20]
+
+
+def build(library: Path, command: Callable[[Path], list[str]], label: str) -> Path:
+    """Compile ``library`` with ``command(output)`` unless it exists; returns its path.
+
+    Raises RuntimeError with the compiler's first error line when the compile fails.
+    """
+    import fcntl  # POSIX only: imported here, so that elsewhere a build fails instead of an import
+
+    library.parent.mkdir(parents=True, exist_ok=True)
+    with open(library.parent / ".lock", "w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        if library.exists():
+            return library
+        handle, temp_name = tempfile.mkstemp(suffix=library.suffix, dir=library.parent)
+        os.close(handle)
+        temp = Path(temp_name)
+        try:
+            started = time.perf_counter()
+            logger.info("npu_lossscale: compiling %s (one-off)", label)
+            done = subprocess.run(
+                command(temp),
+                capture_output=True,
+                text=True,
+                timeout=COMPILE_TIMEOUT_S,
+                check=False,
+            )
+            if done.returncode != 0:
+                errors = [line for line in done.stderr.splitlines() if "error" in line]
+                message = first_line(errors[0] if errors else done.stderr)
+                raise RuntimeError(f"{compiler()} failed: {message}")
+            os.replace(temp, library)
+            logger.info(
+                "npu_lossscale: %s built in %.1f s into %s",
+                label,
+                time.perf_counter() - started,
+                library,
+            )
+        finally:
+            temp.unlink(missing_ok=True)
+    return library
