@@ -186,6 +186,12 @@ def test_keras_reached_through_a_module_alias_is_recognised(ported: dict) -> Non
     assert "NPULossScaleOptimizer" not in _text(ported, "module_alias.py")
 
 
+def test_an_existing_npu_import_is_reused(ported: dict) -> None:
+    text = _text(ported, "partly_ported.py")
+    assert text.count("import LossScaleOptimizer") == 1  # none added inside the functions
+    assert len(_calls(ported, "partly_ported.py", "LossScaleOptimizer")) == 2
+
+
 def test_module_style_file_gets_the_module_import(ported: dict) -> None:
     name = "module_style.py"
     assert "import npu_lossscale.keras" in _imports(ported, name)

@@ -129,8 +129,8 @@ def plan_imports(
     dotted names its top-level `import npu_lossscale...` statements bind.
     """
     plan = ImportPlan()
-    local = _function_placement(sites, names, parent, plan)
-    if local:
+    # A file that imports npu_lossscale at the top already has its style: extend that import.
+    if not existing and not imported and _function_placement(sites, names, parent, plan):
         return plan
     pairs, modules = _needs({n for site in sites for n in site.targets}, names, imported)
     tops = [_index(module, _child_of(site.node, module, parent)) for site in sites]
