@@ -59,8 +59,9 @@ class KerasSite:
 
 @dataclasses.dataclass(frozen=True)
 class LossScale:
-    """What an experimental `loss_scale` argument becomes: keywords built from the transformed
-    call (`source` reads them from the argument itself, or from the inline loss-scale object)."""
+    """What a `loss_scale` argument maps to; the keywords themselves are built from the
+    transformed call (the argument itself, or the arguments of the inline loss-scale object at
+    the indexes in `ctor_bound`)."""
 
     kind: str  # "default" | "dynamic" | "fixed" | "ctor-dynamic" | "ctor-fixed"
     ctor_bound: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -217,6 +218,8 @@ class KerasPort:
         ctor.keras = True  # consumed here: the TF1 port must neither port nor report it
         if ctor.problem is not None:
             return LossScale("default"), f"its `{a.code(ctor.call.func)}(...)`: {ctor.problem}"
+        if ctor.kind is Kind.TF_FIXED and "loss_scale_value" not in ctor.bound:
+            return LossScale("default"), f"its `{a.code(ctor.call.func)}()` has no value"
         kind = "ctor-dynamic" if ctor.kind is Kind.TF_DYNAMIC else "ctor-fixed"
         return LossScale(kind, dict(ctor.bound)), None
 
@@ -262,7 +265,7 @@ def _detail(site: KerasSite, scale: LossScale) -> str:
     if site.spelling == "keras":
         return " (Keras 2 positional arguments now by keyword)" if site.keras_2_order else ""
     return {
-        "default": " (loss_scale='dynamic', its default, is the default rule)",
+        "default": " (no loss_scale: TF's default 'dynamic' is the default rule)",
         "dynamic": " (loss_scale='dynamic' is the default rule)",
         "fixed": (
             " (a fixed loss_scale -> initial_scale, dynamic=False; an overflowed step is skipped, "
@@ -282,9 +285,7 @@ def _scale_keywords(scale: LossScale, value: cst.BaseExpression) -> list[cst.Arg
     assert isinstance(value, cst.Call)
     given = {name: value.args[i].value for name, i in scale.ctor_bound.items()}
     if scale.kind == "ctor-fixed":
-        fixed = given.get("loss_scale_value")
-        head = [args_.keyword("initial_scale", fixed)] if fixed is not None else []
-        return [*head, _false("dynamic")]
+        return [args_.keyword("initial_scale", given["loss_scale_value"]), _false("dynamic")]
     out = []
     if "initial_loss_scale" in given:
         out.append(args_.keyword("initial_scale", given["initial_loss_scale"]))
