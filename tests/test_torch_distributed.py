@@ -132,7 +132,10 @@ def test_a_rank_that_dies_ends_the_other_with_an_error(jobs: dict) -> None:
     assert survivor["returncode"] == 0, survivor["output"]
     report = survivor["data"]
     assert report["error"].startswith("RuntimeError: npu_lossscale.torch: summing the overflow")
-    assert "Connection closed by peer" in report["error"] or "imeout" in report["error"]
+    # gloo words the lost peer its own way (connection closed, timeout, remote worker hanging),
+    # depending on when it notices: ours says what failed and carries gloo's words along.
+    assert "another rank has probably died or hung (" in report["error"], report
+    assert len(report["error"]) > len("RuntimeError: ") + 160, report
     assert report["seconds"] < 30, report  # bounded by gloo's 10 s timeout, not a hang
 
 
