@@ -7,14 +7,20 @@ Both modes decide exactly what the TF front-ends decide:
   `torch._amp_foreach_non_finite_check_and_unscale_`, so this mode costs what stock costs.
 - SATURATION (first-generation Atlas training chips): an overflowing result is clamped to
   +-65504 instead of becoming inf, so an inf check misses it. Off the chip, an element whose
-  *scaled* magnitude reaches 65504 counts as overflowed, and so does inf/NaN: the extremes of each
-  still-scaled gradient (`amax`/`amin`, which propagate NaN) are compared with 65504 before
-  `torch._foreach_mul_` unscales. On an Ascend host the chip's float status decides instead.
+  *scaled* magnitude reaches 65504 counts as overflowed, and so does inf/NaN. On an Ascend host
+  the chip's float status decides instead.
 
-So saturation mode reads the gradients three times where INF_NAN mode (and stock) read them once:
-no single-pass exact max |g| is fast on the CPU (`torch._foreach_norm(grads, inf)`,
-`torch.linalg.vector_norm(g, inf)` and `torch.aminmax` are 6 to 60 times slower than `amax` plus
-`amin`), and a cheaper bound (the sum of squares) almost never clears still-scaled gradients.
+Torch has no op for the saturation check, and none of its own gives it in one pass on the CPU
+(`torch._foreach_norm(grads, inf)`, `torch.linalg.vector_norm(g, inf)` and `torch.aminmax` are 6
+to 60 times slower than `amax` plus `amin`; a cheaper bound, the sum of squares, almost never
+clears still-scaled gradients). So dense CPU gradients go through our own fused op
+(npu_lossscale.torch.kernels, built with g++ on first use): one read per element, tested
+against 65504 while still scaled, multiplied and written back, as fast as stock's INF_NAN pass.
+Where that op is not built, or for other gradients (on another device, from a sparse gradient,
+float64), the pure-torch path reads them three times: the extremes of each still-scaled gradient
+(`amax`/`amin`, which propagate NaN) are compared with 65504, then `torch._foreach_mul_`
+unscales. Both paths give the same decision and bitwise the same unscaled gradients (a NaN
+stays NaN; its payload is unspecified, as in torch's own kernels).
 """
 
 from __future__ import annotations
@@ -27,11 +33,12 @@ from collections.abc import Callable, Iterable
 import torch
 
 from npu_lossscale.modes import FP16_SATURATION_VALUE, OverflowMode, resolve_overflow_mode
-from npu_lossscale.torch import ascend
+from npu_lossscale.torch import ascend, kernels
 
 logger = logging.getLogger("npu_lossscale")
 
-GradGroups = dict[torch.device, dict[torch.dtype, list[torch.Tensor]]]
+# device -> (dtype, whether the tensors are a sparse gradient's values) -> gradients
+GradGroups = dict[torch.device, dict[tuple[torch.dtype, bool], list[torch.Tensor]]]
 
 
 def resolve_mode(requested: OverflowMode | str) -> OverflowMode:
@@ -56,7 +63,8 @@ def gradient_groups(
     coalesce_sparse: bool,
     in_place: bool = True,
 ) -> GradGroups:
-    """The gradients to check, split by device and dtype as the fused kernels need them.
+    """The gradients to check, split by device and dtype as the fused kernels need them, and
+    the values of sparse gradients apart from dense ones.
 
     A sparse gradient is checked through its values. Duplicate indices add up when the optimizer
     applies it, so where those sums matter (fp16, where they may overflow; saturation mode, where
@@ -70,13 +78,14 @@ def gradient_groups(
             continue
         if not allow_fp16 and grad.dtype == torch.float16:
             raise ValueError("Attempting to unscale FP16 gradients.")
-        if grad.is_sparse:
+        sparse = grad.is_sparse
+        if sparse:
             if coalesce_sparse or grad.dtype == torch.float16:
                 grad = grad.coalesce()
                 if in_place:
                     param.grad = grad
             grad = grad._values()
-        groups[grad.device][grad.dtype].append(grad)
+        groups[grad.device][grad.dtype, sparse].append(grad)
     return groups
 
 
@@ -99,22 +108,38 @@ def check_and_unscale_(
     inv_scale: Callable[[torch.device], torch.Tensor],
     chip_status: Callable[[torch.device], torch.Tensor] | None = None,
 ) -> None:
-    """Add each device's overflow to ``found_inf(device)`` and multiply its gradients by
-    ``inv_scale(device)`` in place. ``chip_status`` (saturation mode on an Ascend host) replaces
-    the element check by the device's float status."""
-    for device, per_dtype in groups.items():
+    """Make ``found_inf(device)`` nonzero where the device's gradients overflowed (it is never
+    reset here) and multiply them by ``inv_scale(device)`` in place. ``chip_status`` (saturation
+    mode on an Ascend host) replaces the element check by the device's float status."""
+    for device, per_kind in groups.items():
         found, inv = found_inf(device), inv_scale(device)
         if chip_status is not None:
             found.add_(chip_status(device))
-        for grads in per_dtype.values():
-            if chip_status is None and mode is OverflowMode.INF_NAN:
+        for (_, sparse), grads in per_kind.items():
+            if chip_status is not None:
+                torch._foreach_mul_(grads, inv)
+            elif mode is OverflowMode.INF_NAN:
                 torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
-                continue
-            if chip_status is None:
+            elif not _fused_saturation_(grads, found, inv, device, sparse):
                 beyond = _beyond(grads, FP16_SATURATION_VALUE)
                 if beyond is not None:
                     found.add_(beyond)
-            torch._foreach_mul_(grads, inv)
+                torch._foreach_mul_(grads, inv)
+
+
+def _fused_saturation_(
+    grads: list[torch.Tensor],
+    found: torch.Tensor,
+    inv: torch.Tensor,
+    device: torch.device,
+    sparse: bool,
+) -> bool:
+    """Saturation check and unscale in one pass by the fused CPU op, where it is built and takes
+    these gradients (dense, on the CPU, float32/float16/bfloat16); False, nothing done, if not."""
+    if device.type != "cpu" or sparse:
+        return False
+    op = kernels.saturation_op()
+    return op is not None and op(grads, found, inv)
 
 
 def check_only(groups: GradGroups, mode: OverflowMode, device: torch.device) -> torch.Tensor:
@@ -126,8 +151,8 @@ def check_only(groups: GradGroups, mode: OverflowMode, device: torch.device) -> 
     threshold = math.inf if mode is OverflowMode.INF_NAN else FP16_SATURATION_VALUE
     flags = [
         beyond.to(device)
-        for per_dtype in groups.values()
-        for grads in per_dtype.values()
+        for per_kind in groups.values()
+        for grads in per_kind.values()
         if (beyond := _beyond(grads, threshold)) is not None
     ]
     if not flags:

@@ -1,0 +1,126 @@
+"""Build and load the PyTorch front-end's fused CPU op on first use, or say why it is not used.
+
+One op, ``torch.ops.npu_lossscale.saturation_check_and_unscale_`` (saturation_unscale.cc): the
+saturation-mode overflow check and the unscale of a list of CPU gradients in one pass, where the
+pure-torch path reads them three times (overflow.py).
+
+Why built here rather than shipped: a torch C++ op must be compiled against the torch it is
+loaded into (its headers and C++ ABI), so it is compiled once per (source, torch, compiler
+command) with the host's g++ into the cache directory the TensorFlow ops use
+(npu_lossscale._build_cache), and reused afterwards. g++ is called directly rather than through
+``torch.utils.cpp_extension.load``, which needs ninja (a fresh CI machine may lack it) and
+Python's headers for what is one C++ file registering one op. Anything that goes wrong -- no
+compiler, a compile or load error -- only means the pure-torch path is used: one warning line
+says so, and the results are the same either way.
+
+``NPU_LOSSSCALE_FUSED=0`` turns the op off; ``NPU_LOSSSCALE_CACHE`` moves the build cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from pathlib import Path
+
+import torch
+
+from npu_lossscale import _build_cache
+
+logger = logging.getLogger("npu_lossscale")
+
+DISABLE_ENV = _build_cache.DISABLE_ENV
+CACHE_ENV = _build_cache.CACHE_ENV
+SOURCE = Path(__file__).with_name("saturation_unscale.cc")
+LIBRARY = "npu_lossscale_torch_ops.so"
+
+_lock = threading.Lock()
+# "op": the loaded op or None, once tried in this process; "reason": why it is None.
+_state: dict[str, object] = {}
+
+
+def saturation_op() -> torch._ops.OpOverload | None:
+    """``op(grads, found_inf, inv_scale) -> bool``, building it the first time; None (after one
+    warning) where it cannot be built or loaded, or when ``NPU_LOSSSCALE_FUSED=0``.
+
+    The op takes CPU float32, float16 and bfloat16 tensors that each fill one dense block, a
+    float32 ``found_inf`` and ``inv_scale`` of one element on the CPU. It returns False, touching
+    nothing, when any argument is not such a tensor; otherwise it sets ``found_inf`` to 1 if some
+    still-scaled element is NaN or has magnitude >= 65504, multiplies every gradient by
+    ``inv_scale`` in place, and returns True.
+    """
+    if not _build_cache.enabled():
+        return None
+    with _lock:
+        if "op" not in _state:
+            op, reason = _load()
+            _state["op"], _state["reason"] = op, reason
+            if op is None:
+                logger.warning(
+                    "npu_lossscale: fused CPU saturation check not used, pure-torch check "
+                    "instead (%s)",
+                    reason,
+                )
+        return _state["op"]  # type: ignore[return-value]
+
+
+def built() -> bool:
+    """Whether using the op now is quick: loaded already, cached, disabled or unbuildable here.
+
+    False means the next saturation-mode check on the CPU compiles it (several seconds), so a
+    script can say so before it waits.
+    """
+    if "op" in _state or not _build_cache.enabled() or _unusable_reason() is not None:
+        return True
+    return (_cache_dir() / LIBRARY).exists()
+
+
+def unavailable_reason() -> str | None:
+    """Why the op could not be used in this process (None if it loaded or was never tried)."""
+    return _state.get("reason")  # type: ignore[return-value]
+
+
+def _unusable_reason() -> str | None:
+    if shutil.which(_build_cache.compiler()) is None:
+        return f"no C++ compiler {_build_cache.compiler()!r} on PATH"
+    return None
+
+
+def _load() -> tuple[torch._ops.OpOverload | None, str | None]:
+    """The loaded op and None, or None and why not."""
+    reason = _unusable_reason()
+    if reason is not None:
+        return None, reason
+    try:
+        library = _cache_dir() / LIBRARY
+        _build_cache.build(library, _build_command, "the fused CPU saturation check for torch")
+        torch.ops.load_library(str(library))
+        return torch.ops.npu_lossscale.saturation_check_and_unscale_.default, None
+    except Exception as error:  # any build or load failure means "use the pure-torch path"
+        return None, f"{type(error).__name__}: {_build_cache.first_line(str(error))}"
+
+
+def _build_command(output: Path) -> list[str]:
+    from torch.utils import cpp_extension  # imports setuptools: only when building
+
+    libraries = cpp_extension.library_paths()
+    return [
+        _build_cache.compiler(),
+        *_build_cache.CXXFLAGS,
+        "-std=c++20",  # what torch's own extension builder uses for this torch
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+        *(f"-I{path}" for path in cpp_extension.include_paths()),
+        str(SOURCE),
+        "-o",
+        str(output),
+        *(f"-L{path}" for path in libraries),
+        *(f"-Wl,-rpath,{path}" for path in libraries),
+        "-lc10",
+        "-ltorch_cpu",
+    ]
+
+
+def _cache_dir() -> Path:
+    return _build_cache.cache_dir(
+        (SOURCE,), (torch.__version__, torch.__file__), _build_command(Path("out"))
+    )
