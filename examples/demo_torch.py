@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from npu_lossscale.torch import GradScaler
+from npu_lossscale.torch import GradScaler, kernels
 
 FP16_MAX = 65504.0
 FEATURES, HIDDEN, BATCH = 16, 64, 32
@@ -158,6 +158,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--trace-every", type=int, default=50)
     args = parser.parse_args()
+    if not kernels.built():
+        print("Compiling the fused CPU check once (seconds; cached afterwards)...", flush=True)
+        kernels.saturation_op()
     runs = [
         Run("saturating chip, overflow_mode='saturation'", chip="saturation", mode="saturation"),
         Run("saturating chip, overflow_mode='inf_nan' (wrong)", chip="saturation", mode="inf_nan"),
