@@ -128,6 +128,11 @@ def main() -> None:
         json.dump(result, f)
     if result.get("error") is None:
         dist.destroy_process_group()
+        return
+    # The group lost a peer: tearing it down at interpreter exit can abort in gloo's threads
+    # ("terminate called without an active exception"), which says nothing about the scaler.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
