@@ -27,7 +27,9 @@ from npu_lossscale.tf import distributed
 from npu_lossscale.tf.managers import (
     ExponentialUpdateLossScaleManager,
     FixedLossScaleManager,
+    grown_scale,
     next_rule_state,
+    shrunk_scale,
 )
 
 # The Keras spellings of the rule's arguments, so that an error names what the user wrote.
@@ -318,19 +320,29 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             return at_floor
 
         if finite:
-            # Most clean steps only count (the rule's good += 1, nothing else moves); the whole
-            # rule runs on the step that grows the scale. Keras's own optimizer branches alike.
+            # Most clean steps only count (the rule's good += 1, nothing else moves); the scale
+            # moves on the step that grows it. Keras's own optimizer branches alike. Both sides
+            # are written out for the side already known: tf.cond is lowered to switch/merge, and
+            # every node of the branch not taken still costs the executor a little each step.
             if track_floor:
                 self.skips_at_floor.assign(tf.constant(0, tf.int64))
             growing = read(self.step_counter.value) + 1 >= self._rule.incr_every_n_steps
 
             def grow() -> None:
-                move()
+                self.dynamic_scale.assign(grown_scale(self._rule, read(self.dynamic_scale.value)))
+                self.step_counter.assign(tf.constant(0, tf.int32))
+                if track_bad:
+                    self.bad_steps.assign(tf.constant(0, tf.int32))
 
             def count() -> None:
                 self.step_counter.assign_add(1)
 
             tf.cond(growing, grow, count)
+            return
+        if not (track_bad or track_floor):
+            # Back off on every overflow (the default): the rule's shrink side alone.
+            self.dynamic_scale.assign(shrunk_scale(self._rule, read(self.dynamic_scale.value)))
+            self.step_counter.assign(tf.constant(0, tf.int32))
             return
         at_floor = move()
         limit = self._rule.max_skipped_steps_at_floor

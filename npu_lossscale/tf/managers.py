@@ -86,6 +86,21 @@ def _reusable_here(shared: tf.Tensor | None) -> bool:
     return graph is shared.graph and not graph._current_control_dependencies()
 
 
+def grown_scale(rule: DynamicRule, scale: tf.Tensor) -> tf.Tensor:
+    """The scale after a growing step: times incr_ratio, clamped to max_loss_scale, or kept when
+    the product leaves the float32 range."""
+    grown = scale * tf.constant(rule.incr_ratio, tf.float32)
+    if rule.max_loss_scale is None:
+        return tf.where(tf.math.is_finite(grown), grown, scale)
+    return tf.minimum(grown, tf.constant(rule.max_loss_scale, tf.float32))
+
+
+def shrunk_scale(rule: DynamicRule, scale: tf.Tensor) -> tf.Tensor:
+    """The scale after a shrinking step: times decr_ratio, never below min_loss_scale."""
+    floor = tf.constant(rule.min_loss_scale, tf.float32)
+    return tf.maximum(floor, scale * tf.constant(rule.decr_ratio, tf.float32))
+
+
 def next_rule_state(
     rule: DynamicRule,
     finite: tf.Tensor | bool,
@@ -109,11 +124,7 @@ def next_rule_state(
 
     def after_clean() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         grow = good + 1 >= rule.incr_every_n_steps
-        grown = scale * tf.constant(rule.incr_ratio, tf.float32)
-        if rule.max_loss_scale is None:
-            grown = tf.where(tf.math.is_finite(grown), grown, scale)
-        else:
-            grown = tf.minimum(grown, tf.constant(rule.max_loss_scale, tf.float32))
+        grown = grown_scale(rule, scale)
         return (
             tf.where(grow, grown, scale),
             tf.where(grow, zero, good + 1),
@@ -122,7 +133,7 @@ def next_rule_state(
 
     def after_overflow() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         shrink = bad + 1 >= rule.decr_every_n_nan_or_inf
-        shrunk = tf.maximum(floor, scale * tf.constant(rule.decr_ratio, tf.float32))
+        shrunk = shrunk_scale(rule, scale)
         return tf.where(shrink, shrunk, scale), zero, tf.where(shrink, zero, bad + 1)
 
     def floor_skips() -> tf.Tensor:  # after an overflow: one more if it ran at the floor
