@@ -104,9 +104,14 @@ def _build_command(output: Path) -> list[str]:
     from torch.utils import cpp_extension  # imports setuptools: only when building
 
     libraries = cpp_extension.library_paths()
+    # at::parallel_for is a header template: without -fopenmp it runs on the calling thread
+    # alone. With it, the library's libgomp.so.1 is the one torch already loaded (same soname,
+    # found first through the rpath), so torch.set_num_threads governs both.
+    openmp = ["-fopenmp"] if torch.backends.openmp.is_available() else []
     return [
         _build_cache.compiler(),
         *_build_cache.CXXFLAGS,
+        *openmp,
         "-std=c++20",  # what torch's own extension builder uses for this torch
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
         *(f"-I{path}" for path in cpp_extension.include_paths()),
