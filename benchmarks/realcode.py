@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import posixpath
 import shutil
 import subprocess
 import sys
@@ -47,37 +48,80 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 MANIFEST = HERE / "realcode" / "manifest.tsv"
+EXTRAS = HERE / "realcode" / "extras.tsv"
+STUBS = HERE / "realcode" / "stubs"
+
+# Shared by both probes: import the ported file as its project runs it. With a project root (a
+# row of extras.tsv) the root goes first on sys.path and the file is imported by its module name,
+# so its real sibling modules and relative imports resolve; alone, its own folder goes first. The
+# harness's single-worker stubs come last on sys.path, so a real install would win, and
+# stubs_used() names every stub the import loaded.
+_LOAD = r"""
+import importlib, importlib.util, json, os, sys
+sys.argv = [config["path"]]
+sys.path.insert(0, config["root"] or os.path.dirname(config["path"]))
+sys.path.append(config["stubs"])
+
+def load():
+    if config["module"]:
+        module = importlib.import_module(config["module"])
+        if os.path.realpath(module.__file__) != os.path.realpath(config["path"]):
+            raise ImportError(f"{config['module']} resolved to {module.__file__}")
+        return module
+    spec = importlib.util.spec_from_file_location("ported_module", config["path"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+def stubs_used():
+    names = sorted({name.split(".")[0] for name, m in list(sys.modules.items())
+                    if (getattr(m, "__file__", None) or "").startswith(config["stubs"])})
+    return f" (stub: {', '.join(names)})" if names else ""
+"""
 
 # Runs in a fresh process: import the ported file the way a TF 1 script runs on TF 2.21, then
 # train its create_optimizer on a toy variable if it has one.
-_PROBE = r"""
+_PROBE = (
+    r"""
 import importlib.util, inspect, json, math, os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-path, tf1, scaled_source = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
+config = json.loads(sys.argv[1])
+path, tf1, scaled_source = config["path"], config["tf1"], config["scaled"]
+import ast
 import tensorflow
 import npu_lossscale.tf  # the library's own TF 2 imports, before the TF 1 alias below
+# A file that names a symbol only TF 1's API has (tf.flags, tf.get_variable, tf.Session...) is TF 1
+# code even where it also spells some calls tf.compat.v1.*, as TF 1.15 scripts often do.
+tree = ast.parse(open(path, "rb").read())
+names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
+         for a in n.names if a.name == "tensorflow"}
+used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name) and n.value.id in names}
+tf1 = tf1 or any(hasattr(tensorflow.compat.v1, a) and not hasattr(tensorflow, a) for a in used)
 if tf1:
     v1 = tensorflow.compat.v1
     v1.disable_v2_behavior()
     sys.modules["tensorflow"] = v1
-sys.path.insert(0, os.path.dirname(path))
+"""
+    + _LOAD
+    + r"""
 result = {"import": "ok", "train": "n/a"}
 try:
-    spec = importlib.util.spec_from_file_location("ported_module", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load()
 except ModuleNotFoundError as error:
     missing = (error.name or "").split(".")[0]
     if missing in ("tensorflow", "npu_lossscale"):
-        result["import"] = f"FAIL ModuleNotFoundError: {error}"
+        result["import"] = f"FAIL ModuleNotFoundError: {error}" + stubs_used()
     else:
-        result["import"] = f"n/a (needs {missing})"
+        result["import"] = f"n/a (needs {error.name})" + stubs_used()
     print(json.dumps(result)); sys.exit(0)
 except Exception as error:
     result["import"] = f"FAIL {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+    result["import"] += stubs_used()
     print(json.dumps(result)); sys.exit(0)
+result["import"] = "ok" + stubs_used()
 factory = getattr(module, "create_optimizer", None)
-if tf1 and callable(factory):
+if tf1 and callable(factory) and not config["import_only"]:
     tf = tensorflow.compat.v1
     values = {"init_lr": 0.01, "learning_rate": 0.01, "num_train_steps": 100,
               "num_warmup_steps": 1, "warmup_steps": 1, "use_tpu": False, "hvd": None,
@@ -112,13 +156,16 @@ if tf1 and callable(factory):
         result["train"] = f"FAIL {type(error).__name__}: {str(error).splitlines()[0][:160]}"
 print(json.dumps(result))
 """
+)
 
 
 # The PyTorch path: compile, import the library, bind every ported GradScaler call to the
 # library's signature (placeholder values), then import the file itself.
-_TORCH_PROBE = r"""
-import ast, importlib.util, inspect, json, os, sys
-path = sys.argv[1]
+_TORCH_PROBE = (
+    r"""
+import ast, inspect, json, sys
+config = json.loads(sys.argv[1])
+path = config["path"]
 result = {"import": "ok", "train": "n/a"}
 source = open(path, "rb").read()
 try:
@@ -149,28 +196,30 @@ for call in calls:
         result["import"] = f"FAIL GradScaler call at line {call.lineno} does not bind: {error}"
         print(json.dumps(result)); sys.exit(0)
 bound = f"{len(calls)} GradScaler call(s) bind"
-sys.argv = [path]
-sys.path.insert(0, os.path.dirname(path))
+"""
+    + _LOAD
+    + r"""
 try:
-    spec = importlib.util.spec_from_file_location("ported_module", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    result["import"] = f"ok; {bound}"
+    load()
+    result["import"] = f"ok{stubs_used()}; {bound}"
 except ModuleNotFoundError as error:
     missing = (error.name or "").split(".")[0]
     if missing in ("torch", "npu_lossscale"):
-        result["import"] = f"FAIL ModuleNotFoundError: {error}"
+        result["import"] = f"FAIL ModuleNotFoundError: {error}{stubs_used()}"
     else:
-        result["import"] = f"n/a (needs {missing}); {bound}"
+        result["import"] = f"n/a (needs {error.name}){stubs_used()}; {bound}"
 except ImportError as error:
     if "no known parent package" in str(error):  # `from . import x`: the file came alone
         result["import"] = f"n/a (needs its package); {bound}"
     else:
-        result["import"] = f"FAIL ImportError: {str(error).splitlines()[0][:160]}"
+        first = str(error).splitlines()[0][:160]
+        result["import"] = f"FAIL ImportError: {first}{stubs_used()}"
 except Exception as error:
-    result["import"] = f"FAIL {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+    first = str(error).splitlines()[0][:160]
+    result["import"] = f"FAIL {type(error).__name__}: {first}{stubs_used()}"
 print(json.dumps(result))
 """
+)
 
 # The torch port's note on every ported file (device strings are torch-npu's job): it says
 # nothing about whether the port is sound, so it excuses no import failure.
@@ -224,6 +273,76 @@ def materialize(rows: list[Row], snapshot: Path, mirrors: Path) -> None:
         target.write_bytes(data)
     for repo in sorted(missing):
         print(f"missing mirror for {repo}: fetch it first", file=sys.stderr)
+
+
+@dataclass
+class Project:
+    """A project root in a repository (a row of extras.tsv): its sibling modules are materialized
+    beside the manifest's files, and a row under it is imported from it as its scripts run."""
+
+    repo: str
+    commit: str
+    root: str
+    paths: list[str]
+    package: str
+
+    @property
+    def folder(self) -> str:
+        return self.repo.replace("/", "+")
+
+    def covers(self, row: Row) -> bool:
+        return row.repo == self.repo and (self.root == "." or row.path.startswith(self.root + "/"))
+
+
+def read_extras(path: Path) -> list[Project]:
+    projects = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        repo, commit, root, paths, package = line.split("\t")
+        projects.append(
+            Project(repo, commit, root, paths.split(","), "" if package == "-" else package)
+        )
+    return projects
+
+
+def project_of(row: Row, projects: list[Project]) -> Project | None:
+    """The innermost project root holding the row's file, if extras.tsv names one."""
+    covering = [p for p in projects if p.covers(row)]
+    return max(covering, key=lambda p: len(p.root), default=None)
+
+
+def materialize_extras(projects: list[Project], snapshot: Path, mirrors: Path) -> None:
+    """Write each project's sibling files under SNAPSHOT/.extras/owner+name/, outside what is
+    ported, so the port's input (and so every expectation) stays the manifest's files alone."""
+    for project in projects:
+        git = ["git", f"--git-dir={mirrors / project.folder / 'repo'}"]
+        wanted = [posixpath.normpath(posixpath.join(project.root, p)) for p in project.paths]
+        listed = subprocess.run(
+            [*git, "ls-tree", "-r", "--name-only", project.commit, "--", *wanted],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        for name in listed:
+            if not name.endswith(".py") and name not in wanted:
+                continue
+            data = subprocess.run(
+                [*git, "show", f"{project.commit}:{name}"], capture_output=True, check=True
+            ).stdout
+            target = snapshot / ".extras" / project.folder / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+
+def overlay_extras(snapshot: Path, folder: str, out: Path) -> None:
+    """Copy the folder's materialized siblings into a ported tree, never over a ported file."""
+    extras = snapshot / ".extras" / folder
+    for source in extras.rglob("*") if extras.exists() else ():
+        target = out / source.relative_to(extras)
+        if source.is_file() and not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
 
 
 def port(snapshot: Path, work: Path, folder: str, options: tuple[str, ...] = ()) -> dict:
@@ -294,39 +413,74 @@ def check(row: Row, original: bytes, ported: bytes, warnings: set[str]) -> None:
             row.failures.append(f"expected {item}")
 
 
-def probe(row: Row, ported_path: Path, warnings: set[str]) -> None:
-    source = ported_path.read_text(encoding="utf-8", errors="replace")
+def _probe_one(
+    path: Path, project: Project | None, tree: Path, torch: bool, import_only: bool
+) -> dict[str, str]:
+    """Run one probe process on one file of a tree (ported or original) and return its result."""
+    source = path.read_text(encoding="utf-8", errors="replace")
     tf1 = "compat.v1" not in source and "import tensorflow" in source
     if "import tensorflow" not in source and "from tensorflow" not in source:
         tf1 = False
-    scaled = "NPULossScaleOptimizer" in source
-    if "npu_lossscale.torch" in source:
-        command = [sys.executable, "-c", _TORCH_PROBE, str(ported_path)]
-    else:
-        command = [sys.executable, "-c", _PROBE, str(ported_path), str(int(tf1)), str(int(scaled))]
+    config = {"path": str(path), "root": None, "module": None, "stubs": str(STUBS) + "/"}
+    config.update(tf1=tf1, scaled="NPULossScaleOptimizer" in source, import_only=import_only)
+    if project is not None:
+        root = tree / project.root
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if project.package:  # the root is itself a package, imported by that name
+            alias = tree.parent / (tree.name + ".alias")
+            alias.mkdir(exist_ok=True)
+            if not (alias / project.package).exists():
+                (alias / project.package).symlink_to(root.resolve(), target_is_directory=True)
+            root, parts = alias, [project.package, *parts]
+        config.update(root=str(root), module=".".join(parts))
     try:
         done = subprocess.run(
-            command,
+            [sys.executable, "-c", _TORCH_PROBE if torch else _PROBE, json.dumps(config)],
             capture_output=True,
             text=True,
             timeout=240,
-            cwd=REPO,
+            cwd=config["root"] or path.parent,
         )
         result = json.loads(done.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, IndexError, json.JSONDecodeError) as error:
         result = {"import": f"FAIL probe: {type(error).__name__}", "train": "-"}
+    return {k: v.replace(str(tree), "<tree>") for k, v in result.items()}
+
+
+def probe(row: Row, trees: tuple[Path, Path], warnings: set[str], project: Project | None) -> None:
+    """Import the ported file in a fresh process (from its project root where extras.tsv names
+    one, so its real siblings import) and train its create_optimizer where it has one. A ported
+    file that fails to import is compared with the original in the same place: where the original
+    fails the same way, the port is not the cause (the file needs an API TF 2.21 lacks), n/a."""
+    ported_tree, original_tree = trees
+    source = (ported_tree / row.path).read_text(encoding="utf-8", errors="replace")
+    torch = "npu_lossscale.torch" in source
+    result = _probe_one(ported_tree / row.path, project, ported_tree, torch, False)
+    if result["import"].startswith("FAIL"):
+        before = _probe_one(original_tree / row.path, project, original_tree, torch, True)
+        if before["import"] == result["import"]:
+            result["import"] = "n/a (fails unported too: " + result["import"][5:] + ")"
+        elif before["import"].startswith("ok"):
+            result["import"] += " (unported imports)"
+        else:
+            result["import"] += f" (unported: {before['import']})"
     row.imported, row.trained = result["import"], result["train"]
     for what, value in (("import", row.imported), ("train", row.trained)):
         if value.startswith("FAIL") and not warnings - _STANDING_NOTES:
             row.failures.append(f"{what} failed with no warning: {value}")
 
 
-def run(snapshot: Path, rows: list[Row]) -> int:
+def run(snapshot: Path, rows: list[Row], projects: list[Project], report: bool = True) -> int:
     with tempfile.TemporaryDirectory() as temp:
         work = Path(temp)
         reports = {}
         for folder, options in sorted({(r.folder, r.options) for r in rows}):
             reports[folder, options] = port(snapshot, work, folder, options)
+            tag = folder + "".join(o.replace("=", "-") for o in options)
+            overlay_extras(snapshot, folder, work / "out" / tag)
+        for folder in sorted({r.folder for r in rows}):  # the originals, beside the same siblings
+            shutil.copytree(snapshot / folder, work / "original" / folder)
+            overlay_extras(snapshot, folder, work / "original" / folder)
         for row in rows:
             original = (snapshot / row.folder / row.path).read_bytes()
             tag = row.folder + "".join(o.replace("=", "-") for o in row.options)
@@ -340,10 +494,12 @@ def run(snapshot: Path, rows: list[Row]) -> int:
             warnings = {f["rule"] for f in findings if f["kind"] == "warning"}
             check(row, original, ported, warnings)
             if ported != original and row.path.endswith(".py"):
-                probe(row, ported_path, warnings)
+                trees = (work / "out" / tag, work / "original" / row.folder)
+                probe(row, trees, warnings, project_of(row, projects))
     table = render(rows)
     print(table)
-    (snapshot / "REPORT.md").write_text(table + "\n", encoding="utf-8")
+    if report:
+        (snapshot / "REPORT.md").write_text(table + "\n", encoding="utf-8")
     return 1 if any(r.failures for r in rows) else 0
 
 
@@ -371,13 +527,19 @@ def main() -> int:
     parser.add_argument("--materialize", action="store_true", help="write them from mirrors")
     parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"))
     parser.add_argument("--manifest", type=Path, default=MANIFEST)
+    parser.add_argument("--extras", type=Path, default=EXTRAS)
+    parser.add_argument("--only", help="run only the rows whose repository or path has this text")
     args = parser.parse_args()
     rows = read_manifest(args.manifest)
+    projects = read_extras(args.extras)
     if args.materialize:
         if args.snapshot.exists():
             shutil.rmtree(args.snapshot)
         materialize(rows, args.snapshot, args.mirrors)
-    return run(args.snapshot, rows)
+        materialize_extras(projects, args.snapshot, args.mirrors)
+    if args.only:  # a partial run prints its table but leaves REPORT.md as the full run wrote it
+        rows = [r for r in rows if args.only in r.repo or args.only in r.path]
+    return run(args.snapshot, rows, projects, report=not args.only)
 
 
 if __name__ == "__main__":
