@@ -20,15 +20,27 @@ the JSON report. Expectations, separated by `;`:
     option:FLAG               port this row with an extra CLI flag (e.g. --add-loss-scale=dynamic)
 
 Besides the expectations, every changed file is compiled and imported in a fresh process under
-TensorFlow 2.21 (TF1-style files through tf.compat.v1, as they run there); a file whose import
-needs a package this machine lacks is "n/a". A file that defines `create_optimizer` is then
-trained on a toy variable for three steps (clean, overflow, clean); where it scales the loss the
-overflowed step must leave the weights and global_step exactly as they were. A file the PyTorch
-port changed (it imports npu_lossscale.torch) is checked under torch instead, without TensorFlow:
-it must compile, npu_lossscale.torch must import, every call of the ported GradScaler must bind
-to its signature, and then the file is imported as above. An import or build failure counts
-against the port only when the report has no warning for that file (the torch port's standing
-note about device strings does not count as one).
+TensorFlow 2.21 (TF1-style files, those that name a symbol only TF 1's API has or never mention
+tf.compat.v1, through tf.compat.v1, as they run there). Where benchmarks/realcode/extras.tsv names
+the project root a file sits in, `--materialize` also writes that project's sibling modules (same
+commit) under SNAPSHOT_DIR/.extras/, outside what the rows' port reads; they are ported in a run
+of their own and put beside the ported rows, the root goes first on sys.path and the file is
+imported by its module name, as the project's scripts run it. Third-party packages this machine
+cannot install have single-worker stand-ins in benchmarks/realcode/stubs (horovod, dllogger),
+last on sys.path, and every result that loaded one names it ("ok (stub: horovod)"): no such
+result is evidence about a multi-worker run. A file whose import needs a package still missing is
+"n/a (needs NAME)"; a ported file that fails is probed again as the original in the same tree,
+and where the original fails the same way the cause is not the port: "n/a (fails unported too)".
+A file that defines `create_optimizer` is then trained on a toy variable for three steps (clean,
+overflow, clean); where it scales the loss the overflowed step must leave the weights and
+global_step exactly as they were; one that takes `hvd` is trained with hvd=None and again with
+the horovod stub where the file loaded it. A file the PyTorch port changed (it imports
+npu_lossscale.torch) is checked under torch instead, without TensorFlow: it must compile,
+npu_lossscale.torch must import, every call of the ported GradScaler must bind to its signature,
+and then the file is imported as above. An import or build failure counts against the port only
+when the report has no warning for that file (the torch port's standing note about device
+strings does not count as one). `--only TEXT` runs the rows whose repository or path has TEXT
+and leaves REPORT.md alone.
 
 Exit status 1 when any expectation, import or training check fails.
 """
@@ -57,7 +69,7 @@ STUBS = HERE / "realcode" / "stubs"
 # harness's single-worker stubs come last on sys.path, so a real install would win, and
 # stubs_used() names every stub the import loaded.
 _LOAD = r"""
-import importlib, importlib.util, json, os, sys
+import importlib, importlib.util, json, os, sys, traceback
 sys.argv = [config["path"]]
 sys.path.insert(0, config["root"] or os.path.dirname(config["path"]))
 sys.path.append(config["stubs"])
@@ -72,6 +84,12 @@ def load():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+def where(error):  # the innermost frame of the failure in the project's files, not TF's
+    root = config["root"] or os.path.dirname(config["path"])
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.startswith((sys.prefix, sys.base_prefix, "<"))]
+    return f"{os.path.relpath(frames[-1].filename, root)}:{frames[-1].lineno}" if frames else ""
 
 def stubs_used():
     names = sorted({name.split(".")[0] for name, m in list(sys.modules.items())
@@ -112,48 +130,69 @@ except ModuleNotFoundError as error:
     missing = (error.name or "").split(".")[0]
     if missing in ("tensorflow", "npu_lossscale"):
         result["import"] = f"FAIL ModuleNotFoundError: {error}" + stubs_used()
+        result["where"] = where(error)
     else:
         result["import"] = f"n/a (needs {error.name})" + stubs_used()
     print(json.dumps(result)); sys.exit(0)
 except Exception as error:
     result["import"] = f"FAIL {type(error).__name__}: {str(error).splitlines()[0][:160]}"
     result["import"] += stubs_used()
+    result["where"] = where(error)
     print(json.dumps(result)); sys.exit(0)
 result["import"] = "ok" + stubs_used()
 factory = getattr(module, "create_optimizer", None)
-if tf1 and callable(factory) and not config["import_only"]:
+
+def train(hvd):
     tf = tensorflow.compat.v1
     values = {"init_lr": 0.01, "learning_rate": 0.01, "num_train_steps": 100,
-              "num_warmup_steps": 1, "warmup_steps": 1, "use_tpu": False, "hvd": None,
+              "num_warmup_steps": 1, "warmup_steps": 1, "use_tpu": False, "hvd": hvd,
               "use_fp16": True, "manual_fp16": False}
-    try:
-        graph = tf.Graph()
-        with graph.as_default():
-            w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0, 3.0]))
-            k = tf.placeholder(tf.float32, [])
-            loss = k * tf.reduce_sum(w * w)
-            params = inspect.signature(factory).parameters
-            scaled = "use_fp16" in params or scaled_source
-            kwargs = {n: values[n] for n in params if n in values and n != "loss"}
-            train_op = factory(loss, **kwargs)
-            if isinstance(train_op, tuple):
-                train_op = train_op[0]
-            step = tf.train.get_global_step()
-            with tf.Session(graph=graph) as sess:
-                sess.run(tf.global_variables_initializer())
-                states = []
-                for value in (1.0, math.inf if scaled else 1.0, 1.0):
-                    sess.run(train_op, {k: value})
-                    states.append((sess.run(w).tolist(), int(sess.run(step))))
-        if scaled:
-            ok = states[1] == states[0] and states[2][1] == states[0][1] + 1
-            what = "overflow skipped, step advanced on clean steps only"
-        else:
-            ok = states[2][1] == states[0][1] + 2
-            what = "three clean steps"
-        result["train"] = ("ok (" + what + ")") if ok else f"FAIL {states}"
-    except Exception as error:
-        result["train"] = f"FAIL {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0, 3.0]))
+        k = tf.placeholder(tf.float32, [])
+        loss = k * tf.reduce_sum(w * w)
+        params = inspect.signature(factory).parameters
+        scaled = "use_fp16" in params or scaled_source
+        kwargs = {n: values[n] for n in params if n in values and n != "loss"}
+        train_op = factory(loss, **kwargs)
+        if isinstance(train_op, tuple):
+            train_op = train_op[0]
+        step = tf.train.get_global_step()
+        with tf.Session(graph=graph) as sess:
+            sess.run(tf.global_variables_initializer())
+            states = []
+            for value in (1.0, math.inf if scaled else 1.0, 1.0):
+                sess.run(train_op, {k: value})
+                states.append((sess.run(w).tolist(), int(sess.run(step))))
+    if scaled:
+        ok = states[1] == states[0] and states[2][1] == states[0][1] + 1
+        what = "overflow skipped, step advanced on clean steps only"
+    else:
+        ok = states[2][1] == states[0][1] + 2
+        what = "three clean steps"
+    return ("ok (" + what + ")") if ok else f"FAIL {states}"
+
+# A factory that takes horovod as an argument is trained without it (hvd=None, as the harness
+# always did) and, where the file loaded the single-worker stub, once more with it, so the
+# port's code on the horovod branch is built and run too (as one worker: no evidence beyond).
+if tf1 and callable(factory) and not config["import_only"]:
+    variants = [None]
+    stub = sys.modules.get("horovod.tensorflow")
+    if "hvd" in inspect.signature(factory).parameters and stub is not None and (
+            getattr(stub, "__file__", "") or "").startswith(config["stubs"]):
+        variants.append(stub)
+    outcomes = []
+    for hvd in variants:
+        try:
+            outcome = train(hvd)
+        except Exception as error:
+            outcome = f"FAIL {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+        outcomes.append(outcome + (" (hvd=stub)" if hvd and outcome.startswith("FAIL") else ""))
+    failed = [o for o in outcomes if o.startswith("FAIL")]
+    result["train"] = failed[0] if failed else outcomes[0]
+    if len(variants) > 1 and not failed:
+        result["train"] += " (also with hvd=stub)"
 print(json.dumps(result))
 """
 )
@@ -206,6 +245,7 @@ except ModuleNotFoundError as error:
     missing = (error.name or "").split(".")[0]
     if missing in ("torch", "npu_lossscale"):
         result["import"] = f"FAIL ModuleNotFoundError: {error}{stubs_used()}"
+        result["where"] = where(error)
     else:
         result["import"] = f"n/a (needs {error.name}){stubs_used()}; {bound}"
 except ImportError as error:
@@ -214,9 +254,11 @@ except ImportError as error:
     else:
         first = str(error).splitlines()[0][:160]
         result["import"] = f"FAIL ImportError: {first}{stubs_used()}"
+        result["where"] = where(error)
 except Exception as error:
     first = str(error).splitlines()[0][:160]
     result["import"] = f"FAIL {type(error).__name__}: {first}{stubs_used()}"
+    result["where"] = where(error)
 print(json.dumps(result))
 """
 )
@@ -335,14 +377,13 @@ def materialize_extras(projects: list[Project], snapshot: Path, mirrors: Path) -
             target.write_bytes(data)
 
 
-def overlay_extras(snapshot: Path, folder: str, out: Path) -> None:
-    """Copy the folder's materialized siblings into a ported tree, never over a ported file."""
-    extras = snapshot / ".extras" / folder
-    for source in extras.rglob("*") if extras.exists() else ():
-        target = out / source.relative_to(extras)
-        if source.is_file() and not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
+def overlay(source: Path, target: Path) -> None:
+    """Copy a tree's files into another, never over a file already there (a ported row)."""
+    for path in source.rglob("*") if source.exists() else ():
+        destination = target / path.relative_to(source)
+        if path.is_file() and not destination.exists():
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, destination)
 
 
 def port(snapshot: Path, work: Path, folder: str, options: tuple[str, ...] = ()) -> dict:
@@ -458,12 +499,13 @@ def probe(row: Row, trees: tuple[Path, Path], warnings: set[str], project: Proje
     result = _probe_one(ported_tree / row.path, project, ported_tree, torch, False)
     if result["import"].startswith("FAIL"):
         before = _probe_one(original_tree / row.path, project, original_tree, torch, True)
+        at = f" at {result['where']}" if result.get("where") else ""
         if before["import"] == result["import"]:
-            result["import"] = "n/a (fails unported too: " + result["import"][5:] + ")"
+            result["import"] = f"n/a (fails unported too: {result['import'][5:]}{at})"
         elif before["import"].startswith("ok"):
-            result["import"] += " (unported imports)"
+            result["import"] += f"{at} (unported imports)"
         else:
-            result["import"] += f" (unported: {before['import']})"
+            result["import"] += f"{at} (unported: {before['import']})"
     row.imported, row.trained = result["import"], result["train"]
     for what, value in (("import", row.imported), ("train", row.trained)):
         if value.startswith("FAIL") and not warnings - _STANDING_NOTES:
@@ -477,10 +519,14 @@ def run(snapshot: Path, rows: list[Row], projects: list[Project], report: bool =
         for folder, options in sorted({(r.folder, r.options) for r in rows}):
             reports[folder, options] = port(snapshot, work, folder, options)
             tag = folder + "".join(o.replace("=", "-") for o in options)
-            overlay_extras(snapshot, folder, work / "out" / tag)
+            # The siblings are ported too, in a run of their own (so the rows' port and its report
+            # stay the manifest's alone), and sit under the ported rows as a user's port has them.
+            if (snapshot / ".extras" / folder).exists():
+                port(snapshot / ".extras", work / "siblings", folder, options)
+                overlay(work / "siblings" / "out" / tag, work / "out" / tag)
         for folder in sorted({r.folder for r in rows}):  # the originals, beside the same siblings
             shutil.copytree(snapshot / folder, work / "original" / folder)
-            overlay_extras(snapshot, folder, work / "original" / folder)
+            overlay(snapshot / ".extras" / folder, work / "original" / folder)
         for row in rows:
             original = (snapshot / row.folder / row.path).read_bytes()
             tag = row.folder + "".join(o.replace("=", "-") for o in row.options)
