@@ -116,6 +116,12 @@ names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
 used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
         and isinstance(n.value, ast.Name) and n.value.id in names}
 tf1 = tf1 or any(hasattr(tensorflow.compat.v1, a) and not hasattr(tensorflow, a) for a in used)
+# A file that imports tensorflow.compat.v1 itself needs no alias but is TF 1 code all the same:
+# its create_optimizer is trained too.
+v1_import = any(a.name == "tensorflow.compat.v1" for n in ast.walk(tree)
+                if isinstance(n, ast.Import) for a in n.names) or any(
+    n.module == "tensorflow.compat" and any(a.name == "v1" for a in n.names)
+    for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
 if tf1:
     v1 = tensorflow.compat.v1
     v1.disable_v2_behavior()
@@ -176,7 +182,7 @@ def train(hvd):
 # A factory that takes horovod as an argument is trained without it (hvd=None, as the harness
 # always did) and, where the file loaded the single-worker stub, once more with it, so the
 # port's code on the horovod branch is built and run too (as one worker: no evidence beyond).
-if tf1 and callable(factory) and not config["import_only"]:
+if (tf1 or v1_import) and callable(factory) and not config["import_only"]:
     variants = [None]
     stub = sys.modules.get("horovod.tensorflow")
     if "hvd" in inspect.signature(factory).parameters and stub is not None and (
