@@ -340,4 +340,7 @@ def _summary_line(result: RunResult) -> str:
 
 def main() -> None:
     """Console-script entry point."""
+    from migrator.runner import collect_less_often
+
+    collect_less_often()
     cli(prog_name="npu-migrate")

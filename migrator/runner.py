@@ -7,12 +7,14 @@ imported lazily: a tree with nothing to port never pays for loading libcst.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from migrator import pytree
 from migrator.files import (
     SourceFile,
     atomic_write,
@@ -155,12 +157,26 @@ def finish_one(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOption
     return _guarded(lambda: finish(prepared, plan, options))
 
 
+YOUNG_COLLECTION_THRESHOLD = 100_000
+
+
+def collect_less_often() -> None:
+    """Run the cyclic garbage collector a hundred times less often, for this process.
+
+    A port builds millions of objects that live until its file is done (the `ast` and libcst trees)
+    and makes almost no cyclic garbage; at the default threshold (700 allocations) the collector
+    rescans the live trees over and over: a third of the time of a 20,000-line file (1.8 s, 1.2 s).
+    Set by the command line and its workers, where the process is npu-migrate's own."""
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
+
+
 _worker_options: MigrateOptions | None = None
 
 
 def _init_worker(options: MigrateOptions) -> None:
     global _worker_options
     _worker_options = options
+    collect_less_often()
 
 
 def _prepare_in_worker(item: tuple[str, bytes]) -> _Prepared:
@@ -295,6 +311,7 @@ def run(
                     FileOutcome(source, status, list(result.findings), data, result.new_source)
                 )
 
+    pytree.forget()
     for outcome in outcomes:
         outcome.findings = name_init_sites(outcome.findings, sites)
     outcomes.sort(key=lambda o: o.path)

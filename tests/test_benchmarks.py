@@ -63,6 +63,14 @@ def test_overhead_rejects_zero_layouts() -> None:
     assert "--layouts must be at least 1, got 0" in result.stderr
 
 
+def test_migrate_speed_times_one_long_module() -> None:
+    result = _run("migrate_speed.py", ["--long", "300"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    # 300 generated statements after a seven-line head that holds the one loss-scale call.
+    assert "tree: 1 files, 307 lines, 1 pass the byte pre-filter, 1 of them" in result.stdout
+    assert re.search(r"one 307-line module: npu-migrate --check \d+\.\d+ s", result.stdout)
+
+
 def test_torch_overhead_counts_host_reads_and_ours_adds_none() -> None:
     result = _run("torch_overhead.py", ["--quick"])
     assert result.returncode == 0, result.stderr[-3000:]
