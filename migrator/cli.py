@@ -214,7 +214,8 @@ def cli(
     add_loss_scale: str | None,
     color: bool | None,
 ) -> None:
-    """Port mixed-precision TF1 scripts (tf.contrib.mixed_precision) to npu_lossscale.
+    """Port loss-scaling scripts to npu_lossscale: TF1 (tf.contrib.mixed_precision, tf.train),
+    Keras/TF2 (mixed_precision.LossScaleOptimizer) and PyTorch (torch.cuda.amp.GradScaler).
 
     PATHS are files and directories; directories are searched for *.py files recursively
     (hidden directories, venv/.venv, __pycache__ and site-packages are skipped).
