@@ -332,15 +332,17 @@ def test_is_distributed_true_without_an_engine_says_so() -> None:
 
 @pytest.mark.parametrize("scale", [1.0, 100.0, 2.0**15])
 def test_the_check_decides_as_the_tf1_check(scale: float) -> None:
-    from npu_lossscale.keras.overflow import local_finite
+    """On scaled gradients, and on the ones get_unscaled_gradients makes of them: with a scale of
+    100, 65504 / 100 * 100 is 65503.996, so only judging before the division is exact."""
+    from npu_lossscale.keras.overflow import local_finite, unscale
     from npu_lossscale.modes import OverflowMode
     from npu_lossscale.tf.overflow import overflow_status
 
     small = tf.fill([300, 300], 1.0)  # its sum of squares alone passes the TF1 fast bound
-    cases = [
-        [small, tf.constant([65503.0 / scale])],
-        [small, tf.constant([65504.0 / scale])],
-        [small, tf.constant([-65504.0 / scale])],
+    cases = [  # as the backward pass produced them, scaled
+        [small, tf.constant([65503.0])],
+        [small, tf.constant([65504.0])],
+        [small, tf.constant([-65504.0])],
         [small, tf.constant([np.nan])],
         [tf.constant([np.inf]), None],
         [tf.constant([1e20]), small],  # finite, but its square overflows float32
@@ -350,8 +352,16 @@ def test_the_check_decides_as_the_tf1_check(scale: float) -> None:
     ]
     for mode in (OverflowMode.SATURATION, OverflowMode.INF_NAN):
         for grads in cases:
-            got = 0.0 if bool(local_finite(grads, mode, scale)) else 1.0
-            assert got == float(overflow_status(grads, mode, scale)), (mode, grads, scale)
-    if scale == 1.0:  # by hand: 65503 clean, 65504 either sign saturated, and so on
-        decided = [0.0 if local_finite(g, OverflowMode.SATURATION, 1.0) else 1.0 for g in cases]
-        assert decided == [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
+            expected = float(overflow_status(grads, mode, 1.0))
+            assert (0.0 if bool(local_finite(grads, mode)) else 1.0) == expected, (mode, grads)
+            unscaled = unscale(grads, tf.constant(scale), mode)
+            got = 0.0 if bool(local_finite(unscaled, OverflowMode.INF_NAN)) else 1.0
+            assert got == expected, (mode, grads, scale)
+    decided = [0.0 if local_finite(g, OverflowMode.SATURATION) else 1.0 for g in cases]
+    assert decided == [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
+    # Clean values come back divided exactly as tf_keras divides them, the dtype kept.
+    clean = unscale(
+        [tf.constant([65503.0, -3.0]), tf.constant([2.0], tf.float16)], scale, OverflowMode.INF_NAN
+    )
+    assert clean[0].numpy().tolist() == (np.float32([65503.0, -3.0]) / np.float32(scale)).tolist()
+    assert clean[1].dtype == tf.float16

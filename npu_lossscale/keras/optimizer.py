@@ -12,7 +12,7 @@ TF managers' own), and the distributed apply, where the flag is summed before an
 
 from __future__ import annotations
 
-import threading
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +20,7 @@ import keras
 import tensorflow as tf
 from keras.src.utils import tracking
 
-from npu_lossscale.keras.overflow import agreed_finite
+from npu_lossscale.keras.overflow import agreed_finite, unscale
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
 from npu_lossscale.rule import DynamicRule, check_bool
 from npu_lossscale.tf import distributed
@@ -32,11 +32,20 @@ from npu_lossscale.tf.managers import (
     shrunk_scale,
 )
 
+logger = logging.getLogger("npu_lossscale")
+
 # The Keras spellings of the rule's arguments, so that an error names what the user wrote.
 _NAMES = {"init_loss_scale": "initial_scale", "incr_every_n_steps": "dynamic_growth_steps"}
 
 
 def _check_inner(inner_optimizer: object) -> None:
+    if isinstance(inner_optimizer, keras.optimizers.LossScaleOptimizer):
+        raise ValueError(
+            "inner_optimizer is already a loss-scale optimizer "
+            f"({type(inner_optimizer).__module__}.{type(inner_optimizer).__name__}): wrapping it "
+            "again would scale the loss twice while only the outer scale is divided out and "
+            "moved. Wrap the plain optimizer once, e.g. LossScaleOptimizer(keras.optimizers.SGD())"
+        )
     if isinstance(inner_optimizer, keras.optimizers.Optimizer):
         return
     hint = ""
@@ -52,6 +61,30 @@ def _check_inner(inner_optimizer: object) -> None:
 
 def _check_is_distributed(value: object) -> bool | None:
     return None if value is None else check_bool("is_distributed", value)
+
+
+def _check_positional_order(initial_scale: object) -> None:
+    """A bool where the scale goes is tf_keras 2's order, (inner, dynamic, initial_scale, ...)."""
+    if isinstance(initial_scale, bool):
+        raise ValueError(
+            f"initial_scale must be a number; got {initial_scale!r}. This looks like tf_keras 2's "
+            "positional order LossScaleOptimizer(opt, dynamic, initial_scale, "
+            "dynamic_growth_steps); npu_lossscale.keras takes Keras 3's order "
+            "LossScaleOptimizer(inner_optimizer, initial_scale, dynamic_growth_steps) and "
+            f"dynamic only by keyword: write LossScaleOptimizer(opt, dynamic={initial_scale!r}, "
+            "initial_scale=...)"
+        )
+
+
+def _check_fixed_extras(dynamic: bool, max_skipped_steps_at_floor: int | None) -> None:
+    """The stuck-run guard watches a dynamic scale at its floor; a fixed scale has no floor."""
+    if not dynamic and max_skipped_steps_at_floor is not None:
+        raise ValueError(
+            "max_skipped_steps_at_floor applies only to a dynamic scale (the run is stuck when "
+            "the scale cannot fall any further); with dynamic=False the scale never moves, as "
+            "with npu_lossscale.FixedLossScaleManager, which has no such guard. Drop "
+            "max_skipped_steps_at_floor, or use dynamic=True with min_loss_scale"
+        )
 
 
 @keras.saving.register_keras_serializable(package="npu_lossscale")
@@ -88,6 +121,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         **kwargs: Any,
     ) -> None:
         _check_inner(inner_optimizer)
+        _check_positional_order(initial_scale)
         dynamic = check_bool("dynamic", dynamic)
         init, rule = DynamicRule.validated(
             initial_scale,
@@ -100,6 +134,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             max_skipped_steps_at_floor=max_skipped_steps_at_floor,
             names=_NAMES,
         )
+        _check_fixed_extras(dynamic, rule.max_skipped_steps_at_floor)
         is_distributed = _check_is_distributed(is_distributed)
         requested_mode = OverflowMode.parse(overflow_mode).value
         super().__init__(
@@ -113,9 +148,13 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         self.is_distributed = is_distributed
         self._requested_mode = requested_mode
         self.overflow_mode = resolve_overflow_mode(overflow_mode)
-        # Set by get_unscaled_gradients (tf_keras loops unscale before apply_gradients), read by
-        # the next apply in the same thread: MirroredStrategy traces each replica in its own.
-        self._unscaled = threading.local()
+        # True once get_unscaled_gradients ran (at trace time): from then on every gradient
+        # apply_gradients receives is taken as unscaled, as tf_keras 2's optimizer takes them.
+        # A per-optimizer fact, not a per-call one: the unscaling and the apply may be traced in
+        # different tf.functions, threads (one per replica) or traces of one function.
+        self._caller_unscales = False
+        self._applied_scaled = False  # an apply divided by the scale itself (a warning's cue)
+        self._create_rule_variables()
 
     @classmethod
     def from_manager(
@@ -133,6 +172,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         given; a manager's False means "the manager does not reduce", which leaves the Keras
         default (reduce exactly when a strategy has several replicas).
         """
+        if not isinstance(manager, (ExponentialUpdateLossScaleManager, FixedLossScaleManager)):
+            raise ValueError(
+                "manager must be an npu_lossscale FixedLossScaleManager or "
+                f"ExponentialUpdateLossScaleManager; got {manager!r} (for Keras's own defaults "
+                "leave it out: LossScaleOptimizer(inner_optimizer))"
+            )
         if is_distributed is None and getattr(manager, "is_distributed", False):
             is_distributed = True
         mode = manager.overflow_mode.value
@@ -153,31 +198,33 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 max_loss_scale=rule.max_loss_scale,
                 max_skipped_steps_at_floor=rule.max_skipped_steps_at_floor,
             )
-        if isinstance(manager, FixedLossScaleManager):
-            if not manager.enable_overflow_check:
-                raise ValueError(
-                    "manager: a FixedLossScaleManager with enable_overflow_check=False never skips "
-                    "a step; in Keras set loss_scale_factor on the inner optimizer instead"
-                )
-            return cls(
-                inner_optimizer,
-                manager._loss_scale_value,
-                dynamic=False,
-                overflow_mode=mode,
-                is_distributed=is_distributed,
+        if not manager.enable_overflow_check:
+            raise ValueError(
+                "manager: a FixedLossScaleManager with enable_overflow_check=False never skips "
+                "a step; in Keras set loss_scale_factor on the inner optimizer instead"
             )
-        raise ValueError(
-            "manager must be an npu_lossscale FixedLossScaleManager or "
-            f"ExponentialUpdateLossScaleManager; got {manager!r}"
+        return cls(
+            inner_optimizer,
+            manager._loss_scale_value,
+            dynamic=False,
+            overflow_mode=mode,
+            is_distributed=is_distributed,
         )
 
     @tracking.no_automatic_dependency_tracking
-    def build(self, var_list: list[Any]) -> None:
-        # Keras's two variables under Keras's names (step_counter is the good-step count), then
-        # the rest of the rule's state; all are saved with the model.
-        def counter(name: str, dtype: str = "int32") -> keras.Variable:
+    def _create_rule_variables(self) -> None:
+        """The scale and the rule's counters, created with the optimizer, as Keras creates its
+        ``iterations``: a tf.function that scales the loss before the first apply then reads the
+        variable, not the initial scale frozen in as a constant.
+
+        Keras's two variables come first, under Keras's names and dtypes (``step_counter``, the
+        good-step count, is int64 as Keras's "int" is on TensorFlow), so a checkpoint written
+        with keras.mixed_precision.LossScaleOptimizer restores into this class.
+        """
+
+        def counter(name: str) -> keras.Variable:
             return self.add_variable(
-                shape=(), dtype=dtype, initializer="zeros", aggregation="none", name=name
+                shape=(), dtype="int64", initializer="zeros", aggregation="none", name=name
             )
 
         self.step_counter = counter("step_counter")
@@ -189,8 +236,11 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             name="dynamic_scale",
         )
         self.bad_steps = counter("bad_steps")
-        self.skips_at_floor = counter("skips_at_floor", "int64")
-        self._skipped = counter("skipped_steps", "int64")
+        self.skips_at_floor = counter("skips_at_floor")
+        self._skipped = counter("skipped_steps")
+
+    @tracking.no_automatic_dependency_tracking
+    def build(self, var_list: list[Any]) -> None:
         self.inner_optimizer.build(var_list)
         keras.optimizers.Optimizer.build(self, var_list)
 
@@ -199,23 +249,23 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     @property
     def loss_scale(self) -> tf.Tensor:
         """The current scale (tf_keras's name for it), a float32 scalar."""
-        if self.built:
-            return tf.convert_to_tensor(self.dynamic_scale.value)
-        return tf.constant(self.initial_scale, tf.float32)
+        return tf.convert_to_tensor(self.dynamic_scale.value)
 
     @property
-    def dynamic_counter(self) -> keras.Variable | None:
+    def dynamic_counter(self) -> keras.Variable:
         """tf_keras's name: clean steps since the scale last changed."""
-        return self.step_counter if self.built else None
+        return self.step_counter
 
     @property
     def skipped_steps(self) -> tf.Tensor:
         """int64 count of overflowed steps, i.e. steps the inner optimizer did not apply."""
-        if self.built:
-            return tf.convert_to_tensor(self._skipped.value)
-        return tf.constant(0, tf.int64)
+        return tf.convert_to_tensor(self._skipped.value)
 
     # -- the tf_keras custom-loop spellings ----------------------------------------------------
+
+    def scale_loss(self, loss: Any) -> Any:
+        """``loss`` times the current scale: always the variable, which exists before build."""
+        return keras.ops.multiply(loss, self.dynamic_scale)
 
     def get_scaled_loss(self, loss: Any) -> Any:
         if callable(loss):
@@ -223,21 +273,33 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         return self.scale_loss(loss)
 
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> list[Any]:
-        """Divide by the scale, as tf_keras did; the next apply_gradients then knows its
-        gradients are unscaled and neither divides again nor misjudges saturation."""
-        scale = self.loss_scale
-        self._unscaled.pending = True
-        return [None if g is None else g / tf.cast(scale, g.dtype) for g in grads]
+        """Divide by the scale, as tf_keras did, and from now on take every gradient
+        apply_gradients receives as unscaled (tf_keras's contract): it never divides again.
+
+        Saturation is judged here, on the scaled values; a saturated element comes back as inf,
+        so the inf/NaN check apply_gradients then runs finds it wherever the gradients went in
+        between (another tf.function, a sum over micro-batches, a subset per apply).
+        """
+        if not self._caller_unscales and self._applied_scaled:
+            logger.warning(
+                "npu_lossscale.keras.LossScaleOptimizer: get_unscaled_gradients was called after "
+                "this optimizer already applied scaled gradients (model.fit or a scale_loss "
+                "loop). From now on apply_gradients takes its gradients as unscaled; a train "
+                "function traced before still divides them. Use one optimizer per kind of loop."
+            )
+        self._caller_unscales = True
+        return unscale(list(grads), self.loss_scale, self.overflow_mode)
 
     # -- one step -----------------------------------------------------------------------------
 
     def _tf_apply(self, grads: list[Any], trainable_variables: list[Any] | None = None) -> None:
         if tf.distribute.in_cross_replica_context() and tf.distribute.has_strategy():
             raise ValueError("apply() must be called in a replica context.")
-        grads_unscaled = getattr(self._unscaled, "pending", False)
-        self._unscaled.pending = False
-        scale_of_grads = self.loss_scale if grads_unscaled else 1.0
-        finite = agreed_finite(grads, self.overflow_mode, scale_of_grads, self.is_distributed)
+        grads_unscaled = self._caller_unscales
+        self._applied_scaled = self._applied_scaled or not grads_unscaled
+        # Unscaled gradients carry a saturated element as inf (see get_unscaled_gradients).
+        mode = OverflowMode.INF_NAN if grads_unscaled else self.overflow_mode
+        finite = agreed_finite(grads, mode, self.is_distributed)
         context = distributed._strategy_replica_context()
         if context is None:
             self._apply_or_skip(finite, grads, trainable_variables, grads_unscaled)
@@ -308,7 +370,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 finite,
                 read(self.dynamic_scale.value),
                 read(self.step_counter.value),
-                read(self.bad_steps.value) if track_bad else tf.constant(0, tf.int32),
+                read(self.bad_steps.value) if track_bad else tf.constant(0, tf.int64),
                 read(self.skips_at_floor.value) if track_floor else tf.constant(0, tf.int64),
             )
             self.dynamic_scale.assign(scale)
@@ -330,9 +392,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
             def grow() -> None:
                 self.dynamic_scale.assign(grown_scale(self._rule, read(self.dynamic_scale.value)))
-                self.step_counter.assign(tf.constant(0, tf.int32))
+                self.step_counter.assign(tf.constant(0, tf.int64))
                 if track_bad:
-                    self.bad_steps.assign(tf.constant(0, tf.int32))
+                    self.bad_steps.assign(tf.constant(0, tf.int64))
 
             def count() -> None:
                 self.step_counter.assign_add(1)
@@ -342,7 +404,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         if not (track_bad or track_floor):
             # Back off on every overflow (the default): the rule's shrink side alone.
             self.dynamic_scale.assign(shrunk_scale(self._rule, read(self.dynamic_scale.value)))
-            self.step_counter.assign(tf.constant(0, tf.int32))
+            self.step_counter.assign(tf.constant(0, tf.int64))
             return
         at_floor = move()
         limit = self._rule.max_skipped_steps_at_floor

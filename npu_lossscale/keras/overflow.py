@@ -2,9 +2,13 @@
 
 Both modes decide exactly what the TF1 front-end (npu_lossscale.tf.overflow) decides: INF_NAN,
 any inf/NaN element; SATURATION, also any element whose scaled magnitude reaches 65504. Saturation
-is judged on the gradients as the backward pass produced them, still scaled, where that is what
-arrives (model.fit, Keras 3 custom loops); gradients a tf_keras-style loop already unscaled are
-judged as float32(|g| * scale), as the TF1 side does.
+is judged on the gradients as the backward pass produced them, still scaled: that is what arrives
+in model.fit and Keras 3 custom loops. A tf_keras-style loop unscales them itself first, through
+``unscale``, which judges the scaled values there and hands a saturated element on as inf (sign
+kept), as IEEE hardware would have produced it; the gradients apply_gradients then receives are
+judged by the INF_NAN rule, which decides the same. Judging them after the division instead
+cannot be exact: with a scale of 100, 65504 comes back from ``g / 100 * 100`` as 65503.996, and
+gradients summed or clipped after unscaling no longer say what the backward pass saturated.
 
 The check is built the way Keras builds its own (one boolean reduction per gradient, then one
 over those), not as the TF1 side's sum of squares plus an exact fallback: on gradients that are
@@ -22,16 +26,11 @@ import tensorflow as tf
 
 from npu_lossscale.modes import FP16_SATURATION_VALUE, OverflowMode
 from npu_lossscale.tf import distributed
-from npu_lossscale.tf.overflow import gradient_values
+from npu_lossscale.tf.overflow import gradient_values, map_values
 
 
-def local_finite(
-    grads: Sequence[Any], mode: OverflowMode, scale_of_grads: tf.Tensor | float
-) -> tf.Tensor:
-    """Boolean scalar: True when this replica's gradients did not overflow under ``mode``.
-
-    ``scale_of_grads`` is what the gradients were divided by already (1.0 for scaled ones).
-    """
+def local_finite(grads: Sequence[Any], mode: OverflowMode) -> tf.Tensor:
+    """Boolean scalar: True when this replica's (still scaled) gradients did not overflow."""
     values = [gradient_values(g) for g in grads if g is not None]
     if not values:
         return tf.constant(True)
@@ -41,10 +40,30 @@ def local_finite(
             per_gradient.append(tf.reduce_all(tf.math.is_finite(value)))
             continue
         magnitude = tf.abs(value if value.dtype == tf.float32 else tf.cast(value, tf.float32))
-        if not (isinstance(scale_of_grads, float) and scale_of_grads == 1.0):
-            magnitude = magnitude * tf.cast(scale_of_grads, tf.float32)
         per_gradient.append(tf.reduce_all(magnitude < FP16_SATURATION_VALUE))
     return tf.reduce_all(tf.stack(per_gradient))
+
+
+def unscale(grads: Sequence[Any], scale: tf.Tensor, mode: OverflowMode) -> list[Any]:
+    """The gradients divided by ``scale``; in SATURATION mode a saturated element becomes inf.
+
+    An element whose scaled magnitude reached 65504 (or was inf/NaN already) comes back as
+    +-inf (NaN stays NaN), so that whatever the caller does with the gradients before
+    apply_gradients -- pass them to another tf.function, sum micro-batches, apply a subset --
+    the overflow travels with them and an inf/NaN check finds it. Half-precision gradients are
+    divided in float32 and cast back (the scale itself may not fit in float16).
+    """
+    saturation = mode is OverflowMode.SATURATION
+
+    def divide(values: tf.Tensor) -> tf.Tensor:
+        wide = values if values.dtype in (tf.float32, tf.float64) else tf.cast(values, tf.float32)
+        unscaled = wide / tf.cast(scale, wide.dtype)
+        if saturation:
+            saturated = tf.logical_not(tf.abs(wide) < FP16_SATURATION_VALUE)
+            unscaled = tf.where(saturated, wide * float("inf"), unscaled)
+        return unscaled if unscaled.dtype == values.dtype else tf.cast(unscaled, values.dtype)
+
+    return [map_values(g, divide) for g in grads]
 
 
 def _strategy_replicas() -> int:
@@ -75,7 +94,6 @@ def should_reduce(is_distributed: bool | None) -> bool:
 def agreed_finite(
     grads: Sequence[Any],
     mode: OverflowMode,
-    scale_of_grads: tf.Tensor | float,
     is_distributed: bool | None,
 ) -> tf.Tensor:
     """Boolean scalar: True when no replica/worker saw an overflow in its gradients.
@@ -83,7 +101,7 @@ def agreed_finite(
     Workers sum a float32 0/1 overflow status; every replica gets the same sum and so takes the
     same branch, which keeps the collectives inside the branch safe.
     """
-    finite = local_finite(grads, mode, scale_of_grads)
+    finite = local_finite(grads, mode)
     if not should_reduce(is_distributed):
         return finite
     status = tf.cast(tf.logical_not(finite), tf.float32)
