@@ -304,6 +304,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         if context is None:
             self._apply_or_skip(finite, grads, trainable_variables, grads_unscaled)
             return
+        self._check_created_in_scope(context.strategy)
 
         # The inner optimizer sums the gradients with a merge_call, which a cond in replica
         # context cannot contain; so branch once in cross-replica context, as Keras does, on a
@@ -323,6 +324,17 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             tf.cond(agreed, apply_on_every_replica, lambda: self._update_scale(finite=False))
 
         context.merge_call(cross_replica, args=(finite, grads, trainable_variables))
+
+    def _check_created_in_scope(self, strategy: tf.distribute.Strategy) -> None:
+        """Variables made outside the strategy's scope are one copy that every replica updates
+        (the scale would move once per replica per step): refused with the way out."""
+        if not strategy.extended.variable_created_in_scope(self.dynamic_scale.value):
+            raise ValueError(
+                "npu_lossscale.keras.LossScaleOptimizer was created outside the scope of the "
+                f"{type(strategy).__name__} it now runs under, so its loss scale and counters are "
+                "not replicated. Create the optimizer inside `with strategy.scope():`, as Keras "
+                "asks for models and optimizers."
+            )
 
     def _common_apply(self, grads: list[Any], trainable_variables: list[Any] | None = None) -> None:
         self._tf_apply(grads, trainable_variables)
