@@ -409,7 +409,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                     self.bad_steps.assign(tf.constant(0, tf.int64))
 
             def count() -> None:
-                self.step_counter.assign_add(1)
+                self.step_counter.assign_add(tf.constant(1, tf.int64))
 
             tf.cond(growing, grow, count)
             return
