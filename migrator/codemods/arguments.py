@@ -17,16 +17,24 @@ _NO_SPACE = cst.SimpleWhitespace("")
 
 
 def bind(
-    call: cst.Call, params: Sequence[str], keywords: Collection[str] | None = None
+    call: cst.Call,
+    params: Sequence[str],
+    keywords: Collection[str] | None = None,
+    *,
+    pass_double_star: bool = False,
 ) -> dict[str, int] | str:
     """Map each parameter given in `call` to its argument index, or say why that is impossible.
 
     `params` are taken in order by positional arguments; `keywords` (default: `params`) are the
     names accepted by keyword, for APIs whose positional order is not their whole signature.
+    `pass_double_star` leaves `**kwargs` unbound instead of refusing the call, for a port whose
+    target takes every keyword the original does.
     """
     accepted = params if keywords is None else keywords
     bound: dict[str, int] = {}
     for index, arg in enumerate(call.args):
+        if arg.star == "**" and pass_double_star:
+            continue
         if arg.star:
             return f"the call passes {arg.star}-arguments, so its parameters cannot be mapped"
         if arg.keyword is None:

@@ -121,7 +121,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             return False
         module = _dotted(node.module)
         if isinstance(node.names, cst.ImportStar):
-            if module in names.AMP_MODULES:
+            if module in names.STAR_MODULES:
                 self._star = module
             return False
         for index, alias in enumerate(node.names):
@@ -218,7 +218,9 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
 
     def _constructor(self, node: cst.Name | cst.Attribute, call: cst.Call, kind: Kind) -> None:
         params = names.AMP_PARAMS if kind is Kind.AMP else names.DEVICE_FREE_PARAMS
-        bound = shared_args.bind(call, params)
+        # The CUDA and CPU scalers take no device, so their **kwargs hold only parameters the
+        # ported class takes by the same names; torch.amp's may hold the device, which must go.
+        bound = shared_args.bind(call, params, pass_double_star=kind is not Kind.AMP)
         what = f"`{_code(node)}(...)`"
         if isinstance(bound, str):
             self._warn(
@@ -256,6 +258,8 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         ]
         if by_name and named:
             details.append(f"positional arguments passed by name ({', '.join(named)})")
+        if any(arg.star == "**" for arg in call.args):
+            details.append("**-arguments passed on as written (they cannot hold a device)")
         add_device = "cpu" if kind is Kind.CPU else None
         self.plan.calls[call] = builder(bound, drop=drop, by_name=by_name, add_device=add_device)
         self._rewrite(node, call)
@@ -267,17 +271,27 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         root = _root(node)
         assert root is not None
         self._consumed.add(id(root))
-        provider = self._provider(root)
+        provider = self._provider(node, root)
         self._sites.append(ImportSite(node, call, provider, self.scope(node)))
 
-    def _provider(self, root: cst.Name) -> Assignment | None:
+    def _provider(self, node: cst.Name | cst.Attribute, root: cst.Name) -> Assignment | None:
         """The import that binds the root name of a reference (the first one where several do:
-        `import torch` and `import torch.jit` both bind `torch`)."""
+        `import torch` and `import torch.jit` both bind `torch`).
+
+        Where a dotted import matches the reference (`import torch.cuda.amp` read as
+        `torch.cuda.amp.GradScaler`), libcst records the access on that attribute, not on the
+        root name, so every prefix of the reference is looked up."""
         scope = self.scope(root)
         if scope is None:
             return None
+        chain = set()
+        current: cst.BaseExpression = node
+        while isinstance(current, cst.Attribute):
+            chain.add(id(current))
+            current = current.value
+        chain.add(id(root))
         for access in scope.accesses:
-            if access.node is root:
+            if id(access.node) in chain:
                 imports = [
                     a
                     for a in access.referents

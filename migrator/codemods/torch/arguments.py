@@ -36,7 +36,7 @@ def builder(
         for index, arg in enumerate(arguments):
             if index == dropped:
                 continue
-            if by_name and arg.keyword is None:
+            if by_name and arg.keyword is None and not arg.star:
                 arg = _named(arg, names[index])
             out.append(arg)
         if dropped is not None and dropped == len(arguments) - 1 and out:

@@ -44,6 +44,7 @@ _SCALERS = {
     "torch.cuda.amp.grad_scaler": Kind.CUDA,
     "torch.cpu.amp": Kind.CPU,
     "torch.cpu.amp.grad_scaler": Kind.CPU,
+    "torch": Kind.AMP,  # torch.GradScaler, the same class as torch.amp's (torch 2.3 and later)
     "torch.amp": Kind.AMP,
     "torch.amp.grad_scaler": Kind.AMP,
     # torch-npu registers itself as `torch.npu` once imported
@@ -58,7 +59,9 @@ _SHARDED = (
 )
 # Modules whose import the port may drop once every use of it was rewritten; `torch` itself
 # always stays (the script uses it for everything else, and importing it has effects).
-AMP_MODULES = frozenset(m for m, k in _SCALERS.items() if k is not Kind.NPU)
+AMP_MODULES = frozenset(m for m, k in _SCALERS.items() if k is not Kind.NPU and m != "torch")
+# Modules whose `import *` binds a scaler class the tool cannot see.
+STAR_MODULES = AMP_MODULES | {"torch"}
 
 
 def classify(name: str) -> Kind | None:
