@@ -78,9 +78,22 @@ def check_bool(name: str, value: object) -> bool:
     """True/False, numpy booleans and 0/1 (flags read from configs); anything else is a mistake."""
     if isinstance(value, bool):
         return value
-    if type(value).__name__ == "bool_" or (isinstance(value, numbers.Integral) and value in (0, 1)):
+    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
+    if numpy_bool or (isinstance(value, numbers.Integral) and value in (0, 1)):
         return bool(value)
     raise ValueError(f"{name} must be True or False; got {value!r}")
+
+
+def check_fixed_extras(dynamic: bool, max_skipped_steps_at_floor: int | None) -> None:
+    """The stuck-run guard watches a dynamic scale at its floor; a fixed scale has no floor, so
+    a guard given with one would never fire and is refused rather than silently ignored."""
+    if not dynamic and max_skipped_steps_at_floor is not None:
+        raise ValueError(
+            "max_skipped_steps_at_floor applies only to a dynamic scale (the run is stuck when "
+            "the scale cannot fall any further); with dynamic=False the scale never moves, as "
+            "with npu_lossscale.FixedLossScaleManager, which has no such guard. Drop "
+            "max_skipped_steps_at_floor, or use dynamic=True with min_loss_scale"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,13 +217,24 @@ class DynamicRule:
     def stuck_message(self, overflow_mode: str) -> str:
         # The guard fires the first time the count reaches the limit, and a step only counts when
         # it ran at the floor, so both numbers are known before training starts.
+        # At a floor of 1 or less the loss is not scaled up at all, so its gradients overflow
+        # unscaled: only a floor above 1 leaves a lower scale worth trying.
+        if self.min_loss_scale > 1:
+            advice = (
+                "The floor may be too high: lower min_loss_scale, or check the data and model "
+                "for NaN/inf"
+            )
+        else:
+            advice = (
+                "The loss is not scaled up at this floor, so a lower scale cannot help: check "
+                "the data and model for NaN/inf"
+            )
         return (
             f"npu_lossscale: {self.max_skipped_steps_at_floor} consecutive training steps were "
             f"skipped for gradient overflow with the loss scale at its floor "
             f"(loss scale {self.min_loss_scale:g} = min_loss_scale, "
-            f"overflow_mode={overflow_mode}). A lower loss scale cannot help. Check the "
-            "data and model for NaN/inf, lower the learning rate, lower min_loss_scale, or check "
-            "that the overflow mode matches the device (INF_NAN_MODE_ENABLE). Raise "
+            f"overflow_mode={overflow_mode}). {advice}, lower the learning rate, or check that "
+            "the overflow mode matches the device (INF_NAN_MODE_ENABLE). Raise "
             "max_skipped_steps_at_floor, or set it to None, to keep going."
         )
 

@@ -15,6 +15,7 @@ import pickle
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -189,12 +190,36 @@ def test_auto_device_and_mode_off_the_chip(monkeypatch: pytest.MonkeyPatch) -> N
         (dict(is_distributed="yes"), "is_distributed"),
         (dict(dynamic=2), "dynamic"),
         (dict(enabled="no"), "enabled"),
+        (dict(enabled=torch.tensor([1, 0])), "enabled"),
+        (dict(dynamic=False, max_skipped_steps_at_floor=5), "max_skipped_steps_at_floor"),
         (dict(device=1024.0), r"init_scale=\.\.\."),
     ],
 )
 def test_bad_arguments_name_themselves(arguments: dict, named: str) -> None:
     with pytest.raises(ValueError, match=named):
         GradScaler(**{"device": "cpu", **arguments})
+
+
+@pytest.mark.parametrize(
+    "flag", [True, 1, np.bool_(True), torch.tensor(True), torch.tensor(1)], ids=repr
+)
+def test_enabled_takes_the_flags_stock_takes(flag: object) -> None:
+    """Scripts pass `enabled=args.amp` as read from a config: an int, a numpy or a 0-d tensor
+    flag works as with stock torch's scaler."""
+    assert GradScaler("cpu", enabled=flag).is_enabled() is True
+    off = flag.__class__(0) if not isinstance(flag, torch.Tensor) else torch.tensor(0)
+    assert GradScaler("cpu", enabled=off).is_enabled() is False
+
+
+def test_stuck_message_suggests_a_lower_floor_only_above_one() -> None:
+    _, at_one = DynamicRule.validated(4.0, 2000, 1, 2.0, 0.5, max_skipped_steps_at_floor=3)
+    _, at_64 = DynamicRule.validated(
+        256.0, 2000, 1, 2.0, 0.5, min_loss_scale=64.0, max_skipped_steps_at_floor=3
+    )
+    assert "lower min_loss_scale" not in at_one.stuck_message("inf_nan")
+    assert "cannot help" in at_one.stuck_message("inf_nan")
+    assert "lower min_loss_scale" in at_64.stuck_message("saturation")
+    assert "cannot help" not in at_64.stuck_message("saturation")
 
 
 def test_setters_and_managers_validate_too() -> None:
@@ -657,8 +682,13 @@ def test_loads_a_stock_state_dict_and_continues_like_stock() -> None:
     assert _drive(ours, [True, False, True]) == _drive(stock, [True, False, True])
 
     collapsed = {**stock.state_dict(), "scale": 0.0}  # what stock reaches after many overflows
-    with pytest.raises(ValueError, match=r"state_dict\['scale'\]"):
+    with pytest.warns(UserWarning, match="below min_loss_scale") as caught:
         ours.load_state_dict(collapsed)
+    assert caught[0].filename == __file__  # points at the caller's line
+    assert ours.get_scale() == 1.0  # resumes from the floor, so gradients are not all 0
+    assert _drive(ours, [True]) == [1.0] and ours.last_step_applied is True
+    with pytest.raises(ValueError, match=r"state_dict\['scale'\]"):
+        ours.load_state_dict({**stock.state_dict(), "scale": float("nan")})
     with pytest.raises(RuntimeError, match="empty"):
         ours.load_state_dict({})
 

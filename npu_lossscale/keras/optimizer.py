@@ -22,7 +22,7 @@ from keras.src.utils import tracking
 
 from npu_lossscale.keras.overflow import agreed_finite, unscale
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
-from npu_lossscale.rule import DynamicRule, check_bool
+from npu_lossscale.rule import DynamicRule, check_bool, check_fixed_extras
 from npu_lossscale.tf import distributed
 from npu_lossscale.tf.managers import (
     ExponentialUpdateLossScaleManager,
@@ -76,17 +76,6 @@ def _check_positional_order(initial_scale: object) -> None:
         )
 
 
-def _check_fixed_extras(dynamic: bool, max_skipped_steps_at_floor: int | None) -> None:
-    """The stuck-run guard watches a dynamic scale at its floor; a fixed scale has no floor."""
-    if not dynamic and max_skipped_steps_at_floor is not None:
-        raise ValueError(
-            "max_skipped_steps_at_floor applies only to a dynamic scale (the run is stuck when "
-            "the scale cannot fall any further); with dynamic=False the scale never moves, as "
-            "with npu_lossscale.FixedLossScaleManager, which has no such guard. Drop "
-            "max_skipped_steps_at_floor, or use dynamic=True with min_loss_scale"
-        )
-
-
 @keras.saving.register_keras_serializable(package="npu_lossscale")
 class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     """Dynamic (or fixed) loss scaling for Keras 3 with the NPU's overflow modes.
@@ -134,7 +123,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             max_skipped_steps_at_floor=max_skipped_steps_at_floor,
             names=_NAMES,
         )
-        _check_fixed_extras(dynamic, rule.max_skipped_steps_at_floor)
+        check_fixed_extras(dynamic, rule.max_skipped_steps_at_floor)
         is_distributed = _check_is_distributed(is_distributed)
         requested_mode = OverflowMode.parse(overflow_mode).value
         super().__init__(

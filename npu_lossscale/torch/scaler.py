@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import warnings
 import weakref
 from collections import defaultdict
 from collections.abc import Sequence
@@ -30,7 +31,14 @@ import torch
 from torch.amp.grad_scaler import OptState, _refresh_per_optimizer_state
 
 from npu_lossscale.modes import OverflowMode
-from npu_lossscale.rule import DynamicRule, RuleState, check_bool, check_scale, to_float32
+from npu_lossscale.rule import (
+    DynamicRule,
+    RuleState,
+    check_bool,
+    check_fixed_extras,
+    check_scale,
+    to_float32,
+)
 from npu_lossscale.torch import ascend, distributed, overflow
 from npu_lossscale.torch.managers import (
     ExponentialUpdateLossScaleManager,
@@ -131,8 +139,11 @@ class GradScaler(torch.amp.GradScaler):
         max_skipped_steps_at_floor: int | None = None,
     ) -> None:
         device = _resolve_device(device)
+        if isinstance(enabled, torch.Tensor) and enabled.numel() == 1:
+            enabled = enabled.item()  # a flag kept in a tensor, which stock accepts too
         enabled = check_bool("enabled", enabled)
         self.dynamic = check_bool("dynamic", dynamic)
+        check_fixed_extras(self.dynamic, max_skipped_steps_at_floor)
         init, self._rule = DynamicRule.validated(
             init_scale,
             growth_interval,
@@ -524,7 +535,8 @@ class GradScaler(torch.amp.GradScaler):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load our own state dict, stock torch's or torch-npu's (entries a dict lacks keep
-        their current values). A scale below min_loss_scale (stock's can reach 0) is refused."""
+        their current values). A scale below min_loss_scale (stock's reaches 0 after enough
+        overflows) is raised to the floor with a warning, so such a run can resume."""
         if not self._enabled:
             return
         if len(state_dict) == 0:
@@ -546,6 +558,16 @@ class GradScaler(torch.amp.GradScaler):
         scale = state_dict.get("scale", self._state.scale)
         if isinstance(scale, torch.Tensor):
             scale = scale.item()
+        floor = changes.get("min_loss_scale", self._rule.min_loss_scale)
+        numeric = isinstance(scale, numbers.Real) and isinstance(floor, numbers.Real)
+        if numeric and 0 <= scale < floor:
+            warnings.warn(
+                f"npu_lossscale: the loaded scale {scale!r} is below min_loss_scale ({floor!r}), "
+                "as stock torch's scale becomes after many overflows; training resumes from "
+                f"the floor, {floor!r}",
+                stacklevel=2,
+            )
+            scale = floor
         self._rebuild(scale, "state_dict['scale']", **changes)
         if "dynamic" in state_dict:
             self.dynamic = check_bool("dynamic", state_dict["dynamic"])
