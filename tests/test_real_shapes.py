@@ -191,3 +191,33 @@ def test_an_optional_strategy_gives_has_strategy_and_one_device_builds(tmp_path:
     done = _python(tmp_path, "-c", script)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) != [1.0, 2.0]  # one device: built, trained, not distributed
+
+
+def test_graph_rewrite_on_an_unseen_optimizer_is_flagged_in_tf2_files(tmp_path: Path) -> None:
+    """A TF 2 script whose optimizer comes from elsewhere (Keras reached only through compile
+    and fit, or a tape loop) gets the optimizer-kind warning; a TF 1 session script does not.
+    The warned port does fail at start-up when the factory returns a Keras optimizer."""
+    out = tmp_path / "out"
+    report = tmp_path / "report.json"
+    proc = run_cli(
+        FIXTURES / "optimizer_kind", "--output-dir", out, "--report", report, "--no-color"
+    )
+    assert proc.returncode == 0, proc.stderr
+    findings = json.loads(report.read_text(encoding="utf-8"))["findings"]
+    unknown = {
+        (Path(f["path"]).name, f["line"])
+        for f in findings
+        if f["rule"] == "optimizer-kind-unknown" and f["kind"] == "warning"
+    }
+    assert unknown == {("tf2_compile.py", 11), ("tf2_loop.py", 10)}
+    (out / "zoo.py").write_text(
+        "import keras\n\n"
+        "def build_model(config):\n"
+        "    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])\n\n"
+        "def make_optimizer(config):\n"
+        "    return keras.optimizers.SGD(0.1)\n",
+        encoding="utf-8",
+    )
+    done = _python(out, "-c", "import tf2_compile; tf2_compile.train(None, None)")
+    assert done.returncode != 0
+    assert "npu_lossscale.keras" in done.stderr.strip().splitlines()[-1]

@@ -221,6 +221,42 @@ def wraps_optimizer(name: str) -> bool:
     )
 
 
+# Symbols only TF 1's API has (canonical: `compat.v1` dropped): a file naming one runs the graph
+# world, whose optimizers are tf.compat.v1 ones.
+_TF1_SIGNALS = frozenset(
+    f"tensorflow.{leaf}"
+    for leaf in (
+        "Session",
+        "InteractiveSession",
+        "placeholder",
+        "get_variable",
+        "variable_scope",
+        "global_variables_initializer",
+        "ConfigProto",
+        "flags",
+        "app",
+        "logging",
+        "layers",
+        "estimator",
+        "train.Scaffold",
+        "train.MonitoredTrainingSession",
+        "train.get_global_step",
+        "train.get_or_create_global_step",
+    )
+)
+
+
+def is_tf1_signal(name: str) -> bool:
+    """A TF 1-only symbol, tf.contrib, or a tf.compat.v1 optimizer."""
+    module = ".".join(name.split(".")[:2])
+    return (
+        name in _TF1_SIGNALS
+        or module in _TF1_SIGNALS
+        or name.startswith("tensorflow.contrib")
+        or optimizer_flavour(name) == "v1"
+    )
+
+
 def mentions_keras(name: str) -> bool:
     return name.startswith(_KERAS_OPTIMIZER_PREFIXES) or name in ("keras", "tensorflow.keras")
 

@@ -125,6 +125,7 @@ class _Optimizer:
     manager: str = ""  # "dynamic" | "fixed" | "ctor" | "default"
     ctor: _Ctor | None = None
     keras: bool = False  # left because it wraps a Keras optimizer
+    unknown: cst.BaseExpression | None = None  # the inner optimizer, where its kind is unseen
 
 
 class LossScaleAnalyzer(cst.CSTVisitor):
@@ -168,7 +169,10 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         # class names a contrib `import *` binds, which the port's own import must not shadow
         self._star_bound: set[str] = set()
         self._global: Scope | None = None
+        # what the file shows of its TensorFlow generation, for inner optimizers whose kind
+        # cannot be seen: Keras names or model.compile/fit calls; TF 1-only symbols
         self._uses_keras = False
+        self._uses_v1 = False
         # names any import binds (None: a star import binds unknown ones); only a reference
         # rooted at one of them can be an API the port handles
         self._imported_roots: set[str] | None = None
@@ -401,6 +405,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = self.canonical(node.func)
+        if func is None and _is_keras_training_call(node):
+            self._uses_keras = True
         if func == "builtins.getattr" or (
             func is None and isinstance(node.func, cst.Name) and node.func.value == "getattr"
         ):
@@ -473,6 +479,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         name = self.canonical(node)
         if name is not None and api.mentions_keras(name):
             self._uses_keras = True
+        if name is not None and api.is_tf1_signal(name):
+            self._uses_v1 = True
         kind = api.classify(name) if name is not None else None
         if kind is None:
             return True
@@ -615,7 +623,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if not isinstance(bound, str) and "opt" not in bound:
             problem = "the optimizer argument is missing"
         unused = kind is Kind.GRAPH_REWRITE and isinstance(self.parent(call), cst.Expr)
-        keras = None
+        keras, unknown = None, None
         if problem is None:
             assert not isinstance(bound, str)
             inner = call.args[bound["opt"]].value
@@ -625,6 +633,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 self.keras.graph_rewrite(call, bound)
                 return
             keras = self._keras_problem(inner, flavour)
+            unknown = inner if flavour is None else None
         problem = problem or keras
         if unused:
             problem = (
@@ -640,6 +649,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 problem,
                 bound if problem is None else {},
                 keras=keras is not None and problem == keras,
+                unknown=unknown,
             )
         )
         self._consume(node)
@@ -652,23 +662,35 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     def _keras_problem(self, inner: cst.BaseExpression, flavour: str | None) -> str | None:
         """Why the inner optimizer cannot go into the tf.compat.v1 NPULossScaleOptimizer: a Keras
         optimizer there raises ValueError at start-up. Decided by the constructor's qualified
-        name; where it cannot be seen in a file that uses Keras, the port goes ahead with a
-        warning (a TF1 script's optimizers are v1 ones, so silence there is no guess)."""
+        name; one whose constructor cannot be seen goes to `_unknown_kind` once the whole file
+        has been read."""
         if flavour in ("keras", "keras2"):
             return (
                 f"`{_code(inner)}` is a Keras optimizer, which the tf.compat.v1 "
                 f"{api.OPTIMIZER} rejects (ValueError at start-up); port it by hand to "
                 "npu_lossscale.keras.LossScaleOptimizer"
             )
-        if flavour is None and self._uses_keras:
-            self.warn(
-                inner,
-                "optimizer-kind-unknown",
-                f"cannot tell whether `{_code(inner)}` is a tf.compat.v1 or a Keras optimizer; "
-                f"it was wrapped in the tf.compat.v1 {api.OPTIMIZER}, which raises ValueError at "
-                "start-up if it is a Keras one",
-            )
         return None
+
+    def _unknown_kind(self, inner: cst.BaseExpression, kind: Kind) -> None:
+        """Warn where an optimizer of unseen kind was wrapped in the tf.compat.v1 class and the
+        file may hand it a Keras one: it uses Keras (names, model.compile/fit), or it calls the
+        graph rewrite without any TF 1-only symbol, where TF 2's function takes only Keras
+        optimizers. A TF 1 script's optimizers are v1 ones, so silence there is no guess."""
+        graph_rewrite = kind is Kind.GRAPH_REWRITE and not self._uses_v1
+        if not (self._uses_keras or graph_rewrite):
+            return
+        message = (
+            f"cannot tell whether `{_code(inner)}` is a tf.compat.v1 or a Keras optimizer; "
+            f"it was wrapped in the tf.compat.v1 {api.OPTIMIZER}, which raises ValueError at "
+            "start-up if it is a Keras one"
+        )
+        if kind is Kind.GRAPH_REWRITE:
+            message += (
+                " (TF 2's enable_mixed_precision_graph_rewrite takes only Keras optimizers: for "
+                "one, use npu_lossscale.keras.LossScaleOptimizer instead)"
+            )
+        self.warn(inner, "optimizer-kind-unknown", message)
 
     def _flavour(self, expr: cst.BaseExpression, seen: set[int]) -> str | None:
         """'keras', 'keras2' (tf_keras, optimizers.legacy, TensorFlow Addons), 'v1' or None
@@ -776,10 +798,13 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         """Resolve the cross-site decisions once the whole file has been seen."""
         for call, _ in self._contrib_optimizers:
             inner = call.args[0].value if call.args else None
-            keras = self._keras_problem(inner, self.optimizer_flavour(inner)) if inner else None
+            flavour = self.optimizer_flavour(inner) if inner else None
+            keras = self._keras_problem(inner, flavour) if inner else None
             if keras is not None:
                 self._give_up("unported-api", f"nothing was changed: {keras}", call)
                 return
+            if inner is not None and flavour is None:
+                self._unknown_kind(inner, Kind.CONTRIB_OPTIMIZER)
         self.keras.finish()
         self._resolve_tf_sites()
         for call, line in self._contrib_optimizers:
@@ -988,6 +1013,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if opt.keras:
             rule = "unported-api"
         what = _code(opt.call.func)
+        if opt.problem is None and opt.unknown is not None:
+            self._unknown_kind(opt.unknown, opt.kind)
         if opt.problem is not None:
             self.findings.append(
                 Finding(
@@ -1299,3 +1326,15 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     yield node
     for child in node.children:
         yield from _walk(child)
+
+
+def _is_keras_training_call(call: cst.Call) -> bool:
+    """`model.compile(optimizer=...)`, `model.fit(...)`: Keras's training API on a value."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    if func.attr.value == "compile":
+        return any(
+            arg.keyword is not None and arg.keyword.value == "optimizer" for arg in call.args
+        )
+    return func.attr.value in ("fit", "fit_generator", "train_on_batch")
