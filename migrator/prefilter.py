@@ -13,6 +13,7 @@ LOSS_SCALE_TRIGGERS: tuple[bytes, ...] = (
     b"LossScale",
     b"loss_scale",
     b"enable_mixed_precision_graph_rewrite",
+    b"set_dtype_policy",  # keras.config's: a mixed_float16 policy brings Keras's own scaling
 )
 
 # Every PyTorch gradient scaler the torch port rewrites or reports is spelled with this.

@@ -41,6 +41,7 @@ NAME_FRAGMENTS: frozenset[str] = frozenset(
         "mixed_precision",  # tf.contrib/tf.train.experimental/keras.mixed_precision modules
         "loss_scale",  # tensorflow.python.training.experimental.loss_scale(_optimizer)
         "GradScaler",  # torch.amp, torch.cuda.amp, torch_npu.npu.amp
+        "set_dtype_policy",  # keras.config's policy setter (the others are in mixed_precision)
     }
 )
 # ...and a part *equal* to one of these.

@@ -244,3 +244,39 @@ def test_ported_keras_script_trains(ported: dict) -> None:
     trace = result["trace"]
     assert [step["scale"] for step in trace] == [256.0, 1024.0, 256.0, 256.0]
     assert trace[2]["w"] == trace[1]["w"] and trace[3]["w"] != trace[2]["w"]
+
+
+def test_a_mixed_float16_policy_without_a_loss_scale_optimizer_is_flagged(tmp_path: Path) -> None:
+    """Under a global mixed_float16 policy Keras wraps the compiled optimizer in its own
+    LossScaleOptimizer, which nothing in the file names: the warning says so and how to wrap
+    it. Keras 3 is then checked to do exactly what the warning claims."""
+    report = tmp_path / "report.json"
+    proc = run_cli(FIXTURES.parent / "keras_policy", "--report", report, "--no-color")
+    assert proc.returncode == 0, proc.stderr
+    found = {
+        (Path(f["path"]).name, f["line"])
+        for f in json.loads(report.read_text(encoding="utf-8"))["findings"]
+        if f["rule"] == "keras-implicit-loss-scale"
+    }
+    assert found == {("policy_fit.py", 7), ("policy_object.py", 5)}
+    check = (
+        "import json, keras\n"
+        "from npu_lossscale.keras import LossScaleOptimizer\n"
+        "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "def compiled(opt):\n"
+        "    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])\n"
+        "    m.compile(optimizer=opt, loss='mse')\n"
+        "    return m.optimizer\n"
+        "plain = compiled(keras.optimizers.SGD(0.1))\n"
+        "ours = LossScaleOptimizer(keras.optimizers.SGD(0.1))\n"
+        "print(json.dumps([type(plain).__module__, type(plain).__name__,"
+        " compiled(ours) is ours]))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(
+        [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    module, name, kept = json.loads(done.stdout.strip().splitlines()[-1])
+    assert name == "LossScaleOptimizer" and module.startswith("keras.")  # Keras's own
+    assert kept is True

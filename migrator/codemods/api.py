@@ -130,6 +130,32 @@ def classify(name: str) -> Kind | None:
     return None
 
 
+# Where Keras sets its global dtype policy. Under "mixed_float16", model.compile() wraps a plain
+# optimizer in Keras's own LossScaleOptimizer (any LossScaleOptimizer subclass is left alone).
+_POLICY_HOMES = (
+    "tensorflow.keras.mixed_precision",
+    "tensorflow.keras.mixed_precision.experimental",
+    "keras.mixed_precision",
+    "keras.mixed_precision.experimental",
+    "tf_keras.mixed_precision",
+    "tf_keras.mixed_precision.experimental",
+    "keras.config",
+    "tensorflow.keras.config",
+)
+_POLICY_SETTERS = ("set_global_policy", "set_policy", "set_dtype_policy")
+_POLICY_CLASSES = ("Policy", "DTypePolicy")
+
+
+def is_policy_setter(name: str) -> bool:
+    module, leaf = _split(name)
+    return module in _POLICY_HOMES and leaf in _POLICY_SETTERS
+
+
+def is_policy_class(name: str) -> bool:
+    module, leaf = _split(name)
+    return (module in _POLICY_HOMES or module == "keras") and leaf in _POLICY_CLASSES
+
+
 def keras_order(name: str) -> tuple[str, ...] | None:
     """The positional parameters after the inner optimizer for a Keras LossScaleOptimizer name;
     None where the installed Keras decides (`tf.keras`, `keras`)."""

@@ -173,6 +173,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         # cannot be seen: Keras names or model.compile/fit calls; TF 1-only symbols
         self._uses_keras = False
         self._uses_v1 = False
+        # global mixed_float16 policies set here, and whether any LossScaleOptimizer is named
+        self._fp16_policies: list[cst.Call] = []
+        self._names_lso = False
         # names any import binds (None: a star import binds unknown ones); only a reference
         # rooted at one of them can be an API the port handles
         self._imported_roots: set[str] | None = None
@@ -407,6 +410,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         func = self.canonical(node.func)
         if func is None and _is_keras_training_call(node):
             self._uses_keras = True
+        if func is not None and api.is_policy_setter(func) and self._is_fp16_policy(node):
+            self._fp16_policies.append(node)
         if func == "builtins.getattr" or (
             func is None and isinstance(node.func, cst.Name) and node.func.value == "getattr"
         ):
@@ -428,6 +433,40 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             and func.endswith(".DistributedOptimizer")
         ):
             self.facts.wrappers.append(node)
+
+    def _is_fp16_policy(self, setter: cst.Call) -> bool:
+        """`set_global_policy("mixed_float16")`, also given as `Policy("mixed_float16", ...)`."""
+        if not setter.args:
+            return False
+        value = setter.args[0].value
+        if isinstance(value, cst.Name):  # `policy = Policy("mixed_float16"); set_policy(policy)`
+            assigned = [self._assigned_value(a) for a in self._assignments(value)]
+            if len(assigned) != 1 or assigned[0] is None:
+                return False
+            value = assigned[0]
+        if isinstance(value, cst.Call) and value.args:
+            name = self.canonical(value.func)
+            if name is None or not api.is_policy_class(name):
+                return False
+            value = value.args[0].value
+        return args_.string_value(value) == "mixed_float16"
+
+    def _implicit_loss_scale(self) -> None:
+        """A global mixed_float16 policy makes Keras wrap the optimizer of model.compile() in its
+        own LossScaleOptimizer, whose inf/NaN check cannot see an NPU's saturated overflows;
+        nothing in such a file names a loss-scale API to port, so it would pass unremarked."""
+        if self._names_lso:
+            return
+        for call in self._fp16_policies:
+            self.warn(
+                call,
+                "keras-implicit-loss-scale",
+                "the mixed_float16 policy makes Keras wrap the optimizer of model.compile() in "
+                "its own LossScaleOptimizer, whose inf/NaN check misses an NPU's saturated "
+                "overflows (saturation mode); unless it is wrapped elsewhere, wrap it yourself: "
+                "model.compile(optimizer=npu_lossscale.keras.LossScaleOptimizer(opt), ...) "
+                "with an optimizer object (not a string), which Keras then leaves as it is",
+            )
 
     def _getattr(self, call: cst.Call) -> None:
         if not call.args:
@@ -481,6 +520,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             self._uses_keras = True
         if name is not None and api.is_tf1_signal(name):
             self._uses_v1 = True
+        if name is not None and name.endswith("LossScaleOptimizer"):
+            self._names_lso = True
         kind = api.classify(name) if name is not None else None
         if kind is None:
             return True
@@ -750,11 +791,15 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         return [a for a in scope[name.value] if isinstance(a, Assignment)]
 
     def _assigned_flavour(self, assignment: Assignment, seen: set[int]) -> str | None:
-        target = assignment.node
-        holder = self.parent(target)
+        value = self._assigned_value(assignment)
+        return self._flavour(value, seen) if value is not None else None
+
+    def _assigned_value(self, assignment: Assignment) -> cst.BaseExpression | None:
+        """The value of `name = value` for a plain assignment of the name, else None."""
+        holder = self.parent(assignment.node)
         statement = self.parent(holder) if holder is not None else None
         if isinstance(holder, cst.AssignTarget) and isinstance(statement, cst.Assign):
-            return self._flavour(statement.value, seen)
+            return statement.value
         return None
 
     def _class_flavour(self, func: cst.BaseExpression) -> str | None:
@@ -796,6 +841,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     # ----------------------------------------------------------------- decisions
     def finish(self) -> None:
         """Resolve the cross-site decisions once the whole file has been seen."""
+        self._implicit_loss_scale()
         for call, _ in self._contrib_optimizers:
             inner = call.args[0].value if call.args else None
             flavour = self.optimizer_flavour(inner) if inner else None
