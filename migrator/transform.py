@@ -178,10 +178,10 @@ def _port(
     if not might_need_torch_port(source):
         return module, findings
     if not any(f.kind == "change" for f in findings):
-        module, torch_findings = port_torch(wrapper, path)
+        module, torch_findings = port_torch(wrapper, path, options.reexports)
         return module, [*findings, *torch_findings]
     # Rare (one file using both frameworks' scalers): a second resolution on the ported tree.
-    ported, torch_findings = port_torch(MetadataWrapper(module), path)
+    ported, torch_findings = port_torch(MetadataWrapper(module), path, options.reexports)
     mapped = _map_lines(torch_findings, wrapper.module.code, module.code)
     return ported, [*findings, *mapped]
 

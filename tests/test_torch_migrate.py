@@ -24,17 +24,20 @@ from cli_runner import cli_env, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "migrator" / "torch"
 EXPECTED = sorted(p.name for p in (FIXTURES / "expected").glob("*.py"))
-UNCHANGED = ["not_torch.py", "on_torch_npu.py", "unportable.py"]
+UNCHANGED = ["not_torch.py", "on_torch_npu.py", "unportable.py", "uses_shared.py"]
 TORCH_SCALERS = ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cpu.amp.GradScaler")
 
 
 @pytest.fixture(scope="module")
 def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Port every case once (one CLI run), then check the output again (must be a no-op)."""
+    """Port every case once (one CLI run), then check the whole output tree again (must be a
+    no-op: shared_scaler.py keeps its torch name only because uses_shared.py imports it)."""
     root = tmp_path_factory.mktemp("torch")
     src, out = root / "src", root / "out"
     shutil.copytree(FIXTURES / "cases", src)
-    first = run_cli("--output-dir", out, "--report", root / "report.json", "--no-color", src)
+    first = run_cli(
+        "--output-dir", out, "--copy-unchanged", "--report", root / "report.json", "--no-color", src
+    )
     assert first.returncode == 0, first.stderr
     again = run_cli("--check", "--report", root / "again.json", out)
     return {
@@ -77,7 +80,18 @@ def test_ported_file_names_no_torch_scaler_and_imports_the_library(ported: dict,
     source = (ported["out"] / name).read_text(encoding="utf-8")
     tree = ast.parse(source)
     compile(source, name, "exec")
-    dotted = {_dotted(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    # The class an isinstance()/issubclass() test names may be torch.amp.GradScaler, the base of
+    # the ported class and of torch's; nowhere else may a torch scaler be reached.
+    tested = {
+        id(n)
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and _dotted(call.func) in ("isinstance", "issubclass")
+        for n in ast.walk(call.args[1])
+        if _dotted(n) == "torch.amp.GradScaler"
+    }
+    dotted = {
+        _dotted(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and id(n) not in tested
+    }
     assert not dotted & set(TORCH_SCALERS)
     from_library = {
         a.asname or a.name
@@ -99,12 +113,14 @@ def test_ported_file_names_no_torch_scaler_and_imports_the_library(ported: dict,
         assert func in from_library or (
             func == "npu_lossscale.torch.GradScaler" and module_imported
         )
-    assert not any(
+    torch_import = any(
         isinstance(n, ast.ImportFrom)
         and n.module in ("torch.cuda.amp", "torch.amp")
         and any(a.name == "GradScaler" for a in n.names)
         for n in ast.walk(tree)
     )
+    # shared_scaler.py keeps torch's name for uses_shared.py, which imports it from there
+    assert torch_import is (name == "shared_scaler.py")
 
 
 def test_second_run_changes_nothing(ported: dict) -> None:
@@ -115,8 +131,41 @@ def test_second_run_changes_nothing(ported: dict) -> None:
 
 @pytest.mark.parametrize("name", UNCHANGED)
 def test_unportable_or_foreign_files_stay_byte_identical(ported: dict, name: str) -> None:
-    assert not (ported["out"] / name).exists()  # nothing written: nothing changed
+    assert (ported["out"] / name).read_bytes() == (FIXTURES / "cases" / name).read_bytes()
     assert not _findings(ported["report"], name, "change")
+
+
+def test_scaler_tests_and_shared_names_hold_after_the_port(ported: dict) -> None:
+    """Run the ported modules: the isinstance test holds for the ported scaler and for stock
+    torch's (one a library built); the helper's scaler name stays torch's, so the module that
+    imports it and calls it with torch's positional order still starts; the calls beside it
+    build the ported class; the TYPE_CHECKING import did not take the new import with it."""
+    check = (
+        "import json, torch\n"
+        "import scaler_checks, shared_scaler, uses_shared\n"
+        "from npu_lossscale.torch import GradScaler\n"
+        "own = scaler_checks.own_scaler()\n"
+        "print(json.dumps([\n"
+        "    type(own) is GradScaler, own.get_scale(),\n"
+        "    scaler_checks.uses_scaling(own),\n"
+        "    scaler_checks.uses_scaling(torch.amp.GradScaler('cpu')),\n"
+        "    scaler_checks.uses_scaling(object()),\n"
+        "    type(uses_shared.SCALER) is torch.cuda.amp.GradScaler,\n"
+        "    type(uses_shared.DEFAULT) is GradScaler,\n"
+        "]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", check],
+        cwd=ported["out"],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == [True, 1024.0, True, True, False, True, True]
+    found = {(f["line"], f["rule"]) for f in _findings(ported["report"], "shared_scaler.py")}
+    assert (2, "torch-grad-scaler") in found  # the name kept, and why
 
 
 def test_positional_settings_are_passed_by_name(ported: dict) -> None:

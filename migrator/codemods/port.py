@@ -33,9 +33,11 @@ def port_loss_scale(
     return wrapper.module.visit(rewriter), analyzer.findings
 
 
-def port_torch(wrapper: MetadataWrapper, path: str) -> tuple[cst.Module, list[Finding]]:
+def port_torch(
+    wrapper: MetadataWrapper, path: str, reexports: frozenset[tuple[str, str]] = frozenset()
+) -> tuple[cst.Module, list[Finding]]:
     """Rewrite torch's GradScaler uses in one file; returns the new tree and the findings."""
-    analyzer = TorchScalerAnalyzer(path)
+    analyzer = TorchScalerAnalyzer(path, reexports)
     wrapper.visit(analyzer)
     if not analyzer.plan:
         return wrapper.module, analyzer.findings

@@ -4,13 +4,16 @@ The analysis only reads the original tree (with scope metadata) and produces a `
 findings; `rewrite.py` applies the plan. A use is ported where the result provably means the same:
 
 - a constructor call, arguments mapped onto npu_lossscale.torch.GradScaler's signature;
-- `torch.cuda.amp.GradScaler` (or torch.cpu.amp's) in a type annotation or as the class tested by
-  isinstance()/issubclass(): the ported class is a torch.amp.GradScaler, not a torch.cuda.amp
-  one, so these follow it (a `torch.amp.GradScaler` there stays true and stays as written).
+- `torch.cuda.amp.GradScaler` (or torch.cpu.amp's) in a type annotation: it follows the port;
+- the same as the class tested by isinstance()/issubclass(): it becomes `torch.amp.GradScaler`,
+  the base of the ported class and of every torch scaler, so the test stays true for scalers
+  the port built and for those a library or an unported call built (a `torch.amp.GradScaler`
+  there stays as written).
 
-Anything else (the class passed or stored as a value, subclassed, called with *args/**kwargs, a
-name bound to two things) is left as it is and reported. A file already on torch-npu's own scaler
-is left byte-identical.
+Anything else (the class passed or stored as a value, subclassed, called with *args, a name
+bound to two things) is left as it is and reported. A scaler name that other files of the run
+import from this one stays torch's here (they are not ported with it); the calls beside it are.
+A file already on torch-npu's own scaler is left byte-identical.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 import libcst as cst
-from libcst.metadata import Assignment, QualifiedNameSource, Scope, ScopeProvider
+from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource, Scope, ScopeProvider
 
 from migrator.codemods import arguments as shared_args
 from migrator.codemods.lines import LineProvider, start_line
@@ -29,6 +32,7 @@ from migrator.codemods.torch.arguments import Builder, builder
 from migrator.codemods.torch.imports import Conflict, ImportSite, plan_imports
 from migrator.codemods.torch.names import Kind
 from migrator.findings import Finding
+from migrator.reexports import module_name
 
 RULE = "torch-grad-scaler"
 NPU_RULE = "torch-npu"
@@ -72,9 +76,11 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
 
     METADATA_DEPENDENCIES = (ScopeProvider, ParentProvider, LineProvider)
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, reexports: frozenset[tuple[str, str]] = frozenset()) -> None:
         super().__init__()
         self.path = path
+        # names other files of the run import from this module (migrator.reexports)
+        self._reexported = {name for module, name in reexports if module == module_name(path)}
         self.plan = TorchPlan()
         self.findings: list[Finding] = []
         self._sites: list[ImportSite] = []
@@ -212,9 +218,56 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                 f"`{_code(node)}` is used as a value (passed, stored or returned), not "
                 "constructed; what it builds elsewhere stays torch's CUDA scaler: port it by hand",
             )
-        elif kind is not Kind.AMP:  # the ported class is a torch.amp.GradScaler already
+        elif kind is Kind.AMP:
+            pass  # the ported class is a torch.amp.GradScaler already: still true as written
+        elif where == "in a type annotation":
             self._rewrite(node, None)
             self._change(node, f"`{_code(node)}` {where} -> {names.PORTED}")
+        elif self._torch_bound(node):
+            root = _root(node)
+            assert root is not None
+            self._consumed.add(id(root))
+            self.plan.refs[node] = names.BASE
+            self._change(
+                node,
+                f"`{_code(node)}` {where} -> {names.BASE}, the base of the ported class and of "
+                "torch's scalers, so the test holds for scalers built elsewhere too",
+            )
+        else:
+            self._warn(
+                node,
+                f"`{_code(node)}` {where} is False for the ported class (a "
+                f"{names.BASE}, not a torch.cuda.amp one); left unchanged: test against "
+                f"{names.BASE} by hand",
+            )
+
+    def _torch_bound(self, node: cst.CSTNode) -> bool:
+        """Whether `torch` reads as the torch module where `node` is, at run time."""
+        scope = self.scope(node)
+        if scope is None or "torch" not in scope:
+            return False
+        bound = [a for a in scope["torch"] if not self._type_checking_only(a)]
+        return bool(bound) and all(
+            isinstance(a.node, cst.Import)
+            and any(
+                alias.asname is None and _dotted(alias.name).split(".")[0] == "torch"
+                for alias in a.node.names
+            )
+            for a in bound
+        )
+
+    def _type_checking_only(self, assignment: BaseAssignment) -> bool:
+        """An import under `if TYPE_CHECKING:`, which never runs."""
+        current = self.parent(getattr(assignment, "node", None))
+        while current is not None:
+            if isinstance(current, cst.If):
+                test = current.test
+                name = test.attr.value if isinstance(test, cst.Attribute) else None
+                if isinstance(test, cst.Name):
+                    name = test.value
+                return name == "TYPE_CHECKING"
+            current = self.parent(current)
+        return False
 
     def _constructor(self, node: cst.Name | cst.Attribute, call: cst.Call, kind: Kind) -> None:
         params = names.AMP_PARAMS if kind is Kind.AMP else names.DEVICE_FREE_PARAMS
@@ -300,7 +353,18 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                 ]
                 if len(imports) != len(access.referents):
                     return None
-                return min(imports, key=lambda a: self.line(a.node), default=None)
+                # A use that runs is bound by an import that runs: one under TYPE_CHECKING
+                # (`import torch.cuda.amp` there, `import torch` at the top) is not its home.
+                running = [a for a in imports if not self._type_checking_only(a)]
+                if not running and root.value in scope:
+                    running = [
+                        a
+                        for a in scope[root.value]
+                        if isinstance(a, Assignment)
+                        and isinstance(a.node, cst.Import)
+                        and not self._type_checking_only(a)
+                    ]
+                return min(running or imports, key=lambda a: self.line(a.node), default=None)
         return None
 
     def _subclass(self, node: cst.CSTNode) -> cst.ClassDef | None:
@@ -339,6 +403,13 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         if not self._sites:
             return
         for binding in self._bindings:
+            if binding.bound in self._reexported and self._module_level(binding.node):
+                self._warn(
+                    binding.node,
+                    f"`{binding.bound}` stays torch's here: other files import it from this "
+                    f"module and are not ported with it; port them to {names.PORTED} by hand",
+                )
+                continue
             refs = self._references(binding)
             if refs and all(id(r) in self._consumed for r in refs):
                 self.plan.removals.setdefault(binding.node, set()).add(binding.index)
@@ -350,7 +421,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             self.plan = TorchPlan()
             return
         self._report_imports(anchors)
-        if not self._transfer:
+        if self.plan.calls and not self._transfer:
             first = min(f.line for f in self.findings if f.kind == "change" and f.rule == RULE)
             self.findings.append(Finding(self.path, first, DEVICE_RULE, _TRANSFER_NOTE, "warning"))
 
@@ -380,6 +451,10 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         aliases = getattr(small, "names", None)
         gone = self.plan.removals.get(small, set())
         return isinstance(aliases, (list, tuple)) and len(gone) == len(aliases)
+
+    def _module_level(self, node: cst.CSTNode) -> bool:
+        statement = self.parent(node)
+        return statement is not None and isinstance(self.parent(statement), cst.Module)
 
     def _references(self, binding: _Binding) -> list[cst.CSTNode]:
         scope = self.scope(binding.node)

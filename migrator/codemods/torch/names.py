@@ -13,6 +13,8 @@ import enum
 LIBRARY = "npu_lossscale.torch"
 CLASS = "GradScaler"
 PORTED = f"{LIBRARY}.{CLASS}"
+# The base class of the ported class and of every torch scaler (isinstance tests use it).
+BASE = "torch.amp.GradScaler"
 # The local name of the ported class where the file's own `GradScaler` must stay torch's.
 FALLBACK = "NPUGradScaler"
 
