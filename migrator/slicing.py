@@ -48,7 +48,26 @@ _KEEP_BYTES: tuple[bytes, ...] = (
     b"contrib",
     b"npu",
     b"__all__",
+    # What tells an optimizer of unseen kind apart (loss_scale.py's optimizer-kind check): Keras's
+    # training calls, and TF 1-only symbols.
+    b".fit",
+    b".compile(",
+    b"train_on_batch",
+    b"Session",
+    b"placeholder",
+    b"compat.v1",
+    b"get_variable",
+    b"variable_scope",
+    b"estimator",
+    b"global_variables_initializer",
+    b"ConfigProto",
+    b"tf.flags",
+    b"tf.app",
+    b"tf.logging",
+    b"tf.layers",
 )
+# "line N" in a finding's message names a line of the view; expand() maps it like the finding's.
+_LINE_REF = re.compile(r"\bline (\d+)\b")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +88,14 @@ class View:
     def expand(self, result: MigrationResult) -> MigrationResult | None:
         """The result on the original bytes; None when an edit touched a left-out run (the
         caller then ports the whole file)."""
-        findings = [dataclasses.replace(f, line=self.line(f.line)) for f in result.findings]
+        findings = [
+            dataclasses.replace(
+                f,
+                line=self.line(f.line),
+                message=_LINE_REF.sub(lambda m: f"line {self.line(int(m[1]))}", f.message),
+            )
+            for f in result.findings
+        ]
         if result.new_source == result.old_source:
             return dataclasses.replace(
                 result, old_source=self.original, new_source=self.original, findings=findings

@@ -91,3 +91,22 @@ def test_a_20000_line_file_ports_with_a_diff_of_the_lines_that_changed(tmp_path:
         "+    scale = ExponentialUpdateLossScaleManager(2**32, used)",
         "+    return NPULossScaleOptimizer(opt, scale)",
     ]
+
+
+def test_a_line_named_in_a_message_is_the_files_line_not_the_views() -> None:
+    """A long file on torch-npu's scaler: the warning on the torch call names the line of the
+    torch-npu scaler, which the view numbers differently (2,000 helpers sit above it)."""
+    helpers = "".join(f"def helper_{i}():\n    return {i}\n\n\n" for i in range(600))
+    source = (
+        "import torch\n\n\n"
+        + helpers
+        + "npu_scaler = torch.npu.amp.GradScaler()\n"
+        + "cuda_scaler = torch.cuda.amp.GradScaler()\n"
+    ).encode()
+    assert slicing.view_of(source) is not None  # long enough to be ported through its view
+    lines = source.decode().splitlines()
+    npu_line = lines.index("npu_scaler = torch.npu.amp.GradScaler()") + 1
+    result = transform.migrate_source(source, path="long.py")
+    (left,) = [f for f in result.findings if f.rule == "torch-grad-scaler"]
+    assert left.line == npu_line + 1
+    assert f"(line {npu_line})" in left.message
