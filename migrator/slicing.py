@@ -65,6 +65,7 @@ _KEEP_BYTES: tuple[bytes, ...] = (
     b"tf.app",
     b"tf.logging",
     b"tf.layers",
+    b"LEGACY_KERAS",
 )
 # "line N" in a finding's message names a line of the view; expand() maps it like the finding's.
 _LINE_REF = re.compile(r"\bline (\d+)\b")

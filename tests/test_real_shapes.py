@@ -193,10 +193,13 @@ def test_an_optional_strategy_gives_has_strategy_and_one_device_builds(tmp_path:
     assert json.loads(done.stdout) != [1.0, 2.0]  # one device: built, trained, not distributed
 
 
-def test_graph_rewrite_on_an_unseen_optimizer_is_flagged_in_tf2_files(tmp_path: Path) -> None:
-    """A TF 2 script whose optimizer comes from elsewhere (Keras reached only through compile
-    and fit, or a tape loop) gets the optimizer-kind warning; a TF 1 session script does not.
-    The warned port does fail at start-up when the factory returns a Keras optimizer."""
+def test_graph_rewrite_on_an_unseen_optimizer_follows_the_files_tf_generation(
+    tmp_path: Path,
+) -> None:
+    """TF 2's enable_mixed_precision_graph_rewrite takes only Keras optimizers: in a file with no
+    TF 1-only symbol (Keras reached only through compile and fit, or a tape loop) an optimizer
+    built elsewhere goes to the Keras port, with a warning saying what was assumed, and the
+    ported script trains; a TF 1 session script keeps the TF1 port, without that warning."""
     out = tmp_path / "out"
     report = tmp_path / "report.json"
     proc = run_cli(
@@ -210,14 +213,25 @@ def test_graph_rewrite_on_an_unseen_optimizer_is_flagged_in_tf2_files(tmp_path: 
         if f["rule"] == "optimizer-kind-unknown" and f["kind"] == "warning"
     }
     assert unknown == {("tf2_compile.py", 11), ("tf2_loop.py", 10)}
+    texts = {p.name: p.read_text(encoding="utf-8") for p in out.glob("*.py")}
+    assert "from npu_lossscale.keras import LossScaleOptimizer" in texts["tf2_compile.py"]
+    assert "from npu_lossscale.keras import LossScaleOptimizer" in texts["tf2_loop.py"]
+    assert "NPULossScaleOptimizer(make_optimizer(FLAGS)" in texts["tf1_session.py"]
     (out / "zoo.py").write_text(
         "import keras\n\n"
         "def build_model(config):\n"
-        "    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])\n\n"
+        "    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])\n\n"
         "def make_optimizer(config):\n"
         "    return keras.optimizers.SGD(0.1)\n",
         encoding="utf-8",
     )
-    done = _python(out, "-c", "import tf2_compile; tf2_compile.train(None, None)")
-    assert done.returncode != 0
-    assert "npu_lossscale.keras" in done.stderr.strip().splitlines()[-1]
+    done = _python(
+        out,
+        "-c",
+        "import types, numpy as np, tf2_compile\n"
+        "data = (np.ones((8, 4), 'float32'), np.zeros((8,), 'int64'))\n"
+        "model = tf2_compile.train(types.SimpleNamespace(epochs=1), data)\n"
+        "print(type(model.optimizer).__module__, int(model.optimizer.iterations.numpy()))\n",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["npu_lossscale.keras.optimizer", "1"]

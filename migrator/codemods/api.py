@@ -242,7 +242,14 @@ def is_keras_2_optimizer(name: str) -> bool:
 
 def wraps_optimizer(name: str) -> bool:
     """Calls whose result is their first argument, wrapped: the flavour is that argument's."""
-    return classify(name) in (Kind.TF_OPTIMIZER, Kind.GRAPH_REWRITE, Kind.CONTRIB_OPTIMIZER) or (
+    wrappers = (
+        Kind.TF_OPTIMIZER,
+        Kind.GRAPH_REWRITE,
+        Kind.CONTRIB_OPTIMIZER,
+        Kind.KERAS_OPTIMIZER,
+        Kind.KERAS_EXPERIMENTAL,
+    )
+    return classify(name) in wrappers or (
         is_horovod_module(name) and name.endswith(".DistributedOptimizer")
     )
 

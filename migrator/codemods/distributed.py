@@ -222,12 +222,15 @@ def _wrapper_decision(call: cst.Call, facts: DistributedFacts, parent: Parent) -
     exactly when that wrapper is (UNet-style `if hvd_utils.is_using_hvd(): opt = hvd.Distri...`):
     the script's own condition, not a literal True that breaks its single-device runs."""
     home = _enclosing_function(call, parent)
-    around = {id(statement) for statement, _ in _guards(call, parent)}
+    around = {id(statement): in_else for statement, in_else in _guards(call, parent)}
     conditions = []
     for wrapper in facts.wrappers:
         if _enclosing_function(wrapper, parent) is not home:
             continue
-        own = [(s, e) for s, e in _guards(wrapper, parent) if id(s) not in around]
+        guards = _guards(wrapper, parent)
+        if any(id(s) in around and around[id(s)] != e for s, e in guards):
+            continue  # the other branch of an `if` around the call: never the same optimizer
+        own = [(s, e) for s, e in guards if id(s) not in around]
         if not own:
             return cst.Name("True"), "this function always wraps the optimizer for Horovod"
         conditions.append(_condition(own))

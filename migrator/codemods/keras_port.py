@@ -148,6 +148,7 @@ class KerasPort:
                 )
             )
             return
+        self._unseen_inner(site)
         value, why = a.is_distributed(site.call, keras=True)
         a.port_call(site.call, api.KERAS_OPTIMIZER, _builder(site, scale, value))
         if value is not None:
@@ -171,10 +172,39 @@ class KerasPort:
                 )
             )
 
+    def _unseen_inner(self, site: KerasSite) -> None:
+        """Warn where the wrapped optimizer's constructor cannot be seen (a parameter, another
+        module): a Keras 2 one (tf_keras, optimizers.legacy, TensorFlow Addons) fails there."""
+        a = self.analyzer
+        inner = site.call.args[site.bound[_INNER[site.spelling]]].value
+        if a.optimizer_flavour(inner) is not None:
+            return
+        assumed = ""
+        if site.spelling == "graph-rewrite":
+            assumed = (
+                "; taken as a Keras optimizer, the only kind TF 2's "
+                "enable_mixed_precision_graph_rewrite takes (the file names no TF 1-only symbol)"
+            )
+        a.warn(
+            inner,
+            "optimizer-kind-unknown",
+            f"cannot see how `{_one_line(a.code(inner))}` is built{assumed}; "
+            "npu_lossscale.keras.LossScaleOptimizer wraps Keras 3 optimizers only, so it raises "
+            "ValueError at start-up if this is a Keras 2 one (tf_keras, optimizers.legacy, "
+            "TensorFlow Addons) or a tf.compat.v1 one",
+        )
+
     def _inner_problem(self, site: KerasSite) -> str | None:
         """Why the wrapped optimizer cannot go into npu_lossscale.keras.LossScaleOptimizer: a Keras
         2 optimizer there raises ValueError at construction (it subclasses Keras 3's wrapper)."""
         a = self.analyzer
+        if a.legacy_keras:
+            return (
+                "the file names TF_USE_LEGACY_KERAS, with which tf.keras is Keras 2 (tf_keras), "
+                "and npu_lossscale.keras.LossScaleOptimizer wraps Keras 3 optimizers only "
+                "(ValueError at start-up); drop that setting and run npu-migrate again, or port "
+                "it by hand"
+            )
         inner = site.call.args[site.bound[_INNER[site.spelling]]].value
         if a.optimizer_flavour(inner) != "keras2":
             return None

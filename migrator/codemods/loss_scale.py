@@ -173,8 +173,11 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         # cannot be seen: Keras names or model.compile/fit calls; TF 1-only symbols
         self._uses_keras = False
         self._uses_v1 = False
+        # the file names TF_USE_LEGACY_KERAS: its tf.keras may be Keras 2 (tf_keras)
+        self.legacy_keras = False
         # global mixed_float16 policies set here, and whether any LossScaleOptimizer is named
-        self._fp16_policies: list[cst.Call] = []
+        self._fp16_policies: list[tuple[cst.Call, bool]] = []  # (setter, surely fp16)
+        self._unseen_rewrites: list[tuple[cst.CSTNode, cst.Call, dict[str, int]]] = []
         self._names_lso = False
         # names any import binds (None: a star import binds unknown ones); only a reference
         # rooted at one of them can be an API the port handles
@@ -406,12 +409,18 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 target = node.targets[0].target
                 self.facts.size_tests[target.value] = (target, direction > 0)
 
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if "TF_USE_LEGACY_KERAS" in node.value:
+            self.legacy_keras = True
+
     def visit_Call(self, node: cst.Call) -> None:
         func = self.canonical(node.func)
         if func is None and _is_keras_training_call(node):
             self._uses_keras = True
-        if func is not None and api.is_policy_setter(func) and self._is_fp16_policy(node):
-            self._fp16_policies.append(node)
+        if func is not None and api.is_policy_setter(func):
+            fp16 = self._fp16_policy(node)
+            if fp16 is not None:
+                self._fp16_policies.append((node, fp16))
         if func == "builtins.getattr" or (
             func is None and isinstance(node.func, cst.Name) and node.func.value == "getattr"
         ):
@@ -434,22 +443,28 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         ):
             self.facts.wrappers.append(node)
 
-    def _is_fp16_policy(self, setter: cst.Call) -> bool:
-        """`set_global_policy("mixed_float16")`, also given as `Policy("mixed_float16", ...)`."""
+    def _fp16_policy(self, setter: cst.Call) -> bool | None:
+        """Whether a policy setter sets mixed_float16: True (`"mixed_float16"`, also through
+        `Policy(...)` or a name assigned once), None (another literal policy), False (chosen
+        at run time: a parameter, a flag, a conditional)."""
         if not setter.args:
-            return False
+            return None
         value = setter.args[0].value
-        if isinstance(value, cst.Name):  # `policy = Policy("mixed_float16"); set_policy(policy)`
-            assigned = [self._assigned_value(a) for a in self._assignments(value)]
-            if len(assigned) != 1 or assigned[0] is None:
-                return False
-            value = assigned[0]
-        if isinstance(value, cst.Call) and value.args:
-            name = self.canonical(value.func)
-            if name is None or not api.is_policy_class(name):
-                return False
-            value = value.args[0].value
-        return args_.string_value(value) == "mixed_float16"
+        for _ in range(2):  # `p = Policy(name)` then `set_policy(p)`: a name, then a Policy
+            if isinstance(value, cst.Name):
+                assigned = [self._assigned_value(a) for a in self._assignments(value)]
+                if len(assigned) != 1 or assigned[0] is None:
+                    return False
+                value = assigned[0]
+            if isinstance(value, cst.Call):
+                name = self.canonical(value.func)
+                if name is None or not api.is_policy_class(name) or not value.args:
+                    return False
+                value = value.args[0].value
+        text = args_.string_value(value)
+        if text is None:
+            return False
+        return True if text == "mixed_float16" else None
 
     def _implicit_loss_scale(self) -> None:
         """A global mixed_float16 policy makes Keras wrap the optimizer of model.compile() in its
@@ -457,11 +472,16 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         nothing in such a file names a loss-scale API to port, so it would pass unremarked."""
         if self._names_lso:
             return
-        for call in self._fp16_policies:
+        for call, surely in self._fp16_policies:
+            policy = (
+                "the mixed_float16 policy makes"
+                if surely
+                else ("this policy is chosen at run time; if it is mixed_float16, it makes")
+            )
             self.warn(
                 call,
                 "keras-implicit-loss-scale",
-                "the mixed_float16 policy makes Keras wrap the optimizer of model.compile() in "
+                f"{policy} Keras wrap the optimizer of model.compile() in "
                 "its own LossScaleOptimizer, whose inf/NaN check misses an NPU's saturated "
                 "overflows (saturation mode); unless it is wrapped elsewhere, wrap it yourself: "
                 "model.compile(optimizer=npu_lossscale.keras.LossScaleOptimizer(opt), ...) "
@@ -673,6 +693,10 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 # TF 2 wraps a Keras optimizer in Keras's LossScaleOptimizer: the Keras port's.
                 self.keras.graph_rewrite(call, bound)
                 return
+            if flavour is None and kind is Kind.GRAPH_REWRITE and not unused:
+                # Keras's or the TF1 port's: decided once the file's TF generation is known.
+                self._unseen_rewrites.append((node, call, bound))
+                return
             keras = self._keras_problem(inner, flavour)
             unknown = inner if flavour is None else None
         problem = problem or keras
@@ -682,19 +706,43 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 "scaling happens here; on the NPU the compute precision comes from the session's "
                 "precision_mode, review by hand"
             )
+        self._add_optimizer(node, call, kind, problem, bound, keras=keras, unknown=unknown)
+
+    def _add_optimizer(
+        self,
+        node: cst.CSTNode,
+        call: cst.Call,
+        kind: Kind,
+        problem: str | None,
+        bound: dict[str, int] | str,
+        *,
+        keras: str | None = None,
+        unknown: cst.BaseExpression | None = None,
+    ) -> None:
         self._optimizers.append(
             _Optimizer(
                 call,
                 kind,
                 self.line(call),
                 problem,
-                bound if problem is None else {},
+                bound if problem is None and not isinstance(bound, str) else {},
                 keras=keras is not None and problem == keras,
                 unknown=unknown,
             )
         )
         self._consume(node)
         self.sites.append(Site(call, (), self._provider(node)))
+
+    def _decide_unseen_rewrites(self) -> None:
+        """TF 2's enable_mixed_precision_graph_rewrite takes only Keras optimizers, TF 1's both
+        kinds: where the file names no TF 1-only symbol, an optimizer of unseen kind goes to the
+        Keras port (which says what it assumed), else to the TF1 one."""
+        for node, call, bound in self._unseen_rewrites:
+            if self._uses_v1:
+                inner = call.args[bound["opt"]].value
+                self._add_optimizer(node, call, Kind.GRAPH_REWRITE, None, bound, unknown=inner)
+            else:
+                self.keras.graph_rewrite(call, bound)
 
     def optimizer_flavour(self, inner: cst.BaseExpression) -> str | None:
         flavour = self._flavour(inner, set())
@@ -746,21 +794,50 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             name = self.canonical(expr.func)
             if name is not None:
                 flavour = _name_flavour(name)  # horovod.tensorflow.keras is Keras
-                if flavour is None and api.wraps_optimizer(name) and expr.args:
+                # A Keras loss-scale wrapper is of what it wraps (`opt = LSO(opt)`: a cycle).
+                keras_wrapper = api.classify(name) in (
+                    Kind.KERAS_OPTIMIZER,
+                    Kind.KERAS_EXPERIMENTAL,
+                )
+                if (flavour is None or keras_wrapper) and api.wraps_optimizer(name) and expr.args:
                     return self._flavour(expr.args[0].value, seen)
                 return flavour
             aliased = self._through_module_alias(expr.func)
             if aliased is not None:
                 return _name_flavour(aliased)
-            return self._class_flavour(expr.func)
+            return self._class_flavour(expr.func) or self._function_flavour(expr.func, seen)
         if isinstance(expr, cst.Name):
-            flavours = {self._assigned_flavour(a, seen) for a in self._assignments(expr)}
-            flavours.discard("cycle")
-            for keras in ("keras2", "keras"):
-                if keras in flavours:
-                    return keras
-            return "v1" if flavours == {"v1"} else None
+            return _agreed({self._assigned_flavour(a, seen) for a in self._assignments(expr)})
+        if isinstance(expr, cst.Attribute):
+            return self._attribute_flavour(expr, seen)
         return None
+
+    def _attribute_flavour(self, expr: cst.Attribute, seen: set[int]) -> str | None:
+        """`self.optimizer`: what the enclosing class assigns to that attribute of `self`."""
+        if not (isinstance(expr.value, cst.Name) and expr.value.value == "self"):
+            return None
+        cls = self.parent(expr)
+        while cls is not None and not isinstance(cls, cst.ClassDef):
+            cls = self.parent(cls)
+        if cls is None:
+            return None
+        values = []
+        stack: list[cst.CSTNode] = [cls.body]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    t = target.target
+                    if (
+                        isinstance(t, cst.Attribute)
+                        and t.attr.value == expr.attr.value
+                        and isinstance(t.value, cst.Name)
+                        and t.value.value == "self"
+                    ):
+                        values.append(node.value)
+            elif not isinstance(node, (cst.ClassDef, cst.BaseExpression)):
+                stack.extend(node.children)
+        return _agreed({self._flavour(v, seen) for v in values})
 
     def _through_module_alias(self, func: cst.BaseExpression) -> str | None:
         """`tfk.optimizers.Adam` where the file says `tfk = tf.keras` once: the qualified name
@@ -801,6 +878,17 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if isinstance(holder, cst.AssignTarget) and isinstance(statement, cst.Assign):
             return statement.value
         return None
+
+    def _function_flavour(self, func: cst.BaseExpression, seen: set[int]) -> str | None:
+        """A function defined in this file (`make_optimizer()`): the flavour its returns agree
+        on, Keras 2 winning as for a name assigned twice."""
+        if not isinstance(func, cst.Name):
+            return None
+        defs = [a.node for a in self._assignments(func) if isinstance(a.node, cst.FunctionDef)]
+        if len(defs) != 1:
+            return None
+        values = [r.value for r in _returns(defs[0].body) if r.value is not None]
+        return _agreed({self._flavour(v, seen) for v in values})
 
     def _class_flavour(self, func: cst.BaseExpression) -> str | None:
         """A class defined in this file: Keras or v1 by its bases (BERT's AdamWeightDecay)."""
@@ -851,6 +939,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 return
             if inner is not None and flavour is None:
                 self._unknown_kind(inner, Kind.CONTRIB_OPTIMIZER)
+        self._decide_unseen_rewrites()
         self.keras.finish()
         self._resolve_tf_sites()
         for call, line in self._contrib_optimizers:
@@ -1384,3 +1473,26 @@ def _is_keras_training_call(call: cst.Call) -> bool:
             arg.keyword is not None and arg.keyword.value == "optimizer" for arg in call.args
         )
     return func.attr.value in ("fit", "fit_generator", "train_on_batch")
+
+
+def _returns(block: cst.CSTNode) -> list[cst.Return]:
+    """The return statements of a function body, not those of functions or classes inside it."""
+    found: list[cst.Return] = []
+    stack = [block]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Return):
+            found.append(node)
+        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.BaseExpression)):
+            stack.extend(node.children)
+    return found
+
+
+def _agreed(flavours: set[str | None]) -> str | None:
+    """One flavour for several assignments or returns: Keras 2 wins (it is what fails), then
+    Keras; v1 only where all agree; a cycle (`opt = wrap(opt)`) says nothing."""
+    flavours.discard("cycle")
+    for keras in ("keras2", "keras"):
+        if keras in flavours:
+            return keras
+    return "v1" if flavours == {"v1"} else None

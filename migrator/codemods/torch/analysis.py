@@ -422,7 +422,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             return
         self._report_imports(anchors)
         if self.plan.calls and not self._transfer:
-            first = min(f.line for f in self.findings if f.kind == "change" and f.rule == RULE)
+            first = min(self.line(call) for call in self.plan.calls)
             self.findings.append(Finding(self.path, first, DEVICE_RULE, _TRANSFER_NOTE, "warning"))
 
     def _report_imports(self, anchors: list[cst.SimpleStatementLine]) -> None:
