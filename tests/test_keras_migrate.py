@@ -259,11 +259,13 @@ def test_a_mixed_float16_policy_without_a_loss_scale_optimizer_is_flagged(tmp_pa
     proc = run_cli(FIXTURES.parent / "keras_policy", "--report", report, "--no-color")
     assert proc.returncode == 0, proc.stderr
     found = {
-        (Path(f["path"]).name, f["line"])
+        (Path(f["path"]).name, f["line"]): f["message"]
         for f in json.loads(report.read_text(encoding="utf-8"))["findings"]
         if f["rule"] == "keras-implicit-loss-scale"
     }
-    assert found == {("policy_fit.py", 7), ("policy_object.py", 5)}
+    assert set(found) == {("policy_fit.py", 7), ("policy_object.py", 5), ("policy_runtime.py", 7)}
+    assert "chosen at run time" in found["policy_runtime.py", 7]
+    assert "chosen at run time" not in found["policy_fit.py", 7]
     check = (
         "import json, keras\n"
         "from npu_lossscale.keras import LossScaleOptimizer\n"
