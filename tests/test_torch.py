@@ -209,6 +209,13 @@ def test_enabled_takes_the_flags_stock_takes(flag: object) -> None:
     assert GradScaler("cpu", enabled=flag).is_enabled() is True
     off = flag.__class__(0) if not isinstance(flag, torch.Tensor) else torch.tensor(0)
     assert GradScaler("cpu", enabled=off).is_enabled() is False
+    assert GradScaler("cpu", enabled=None).is_enabled() is False  # an unset option, as stock
+
+
+def test_init_scale_in_a_tensor_is_taken_as_stock_takes_it() -> None:
+    scaler = GradScaler("cpu", init_scale=torch.tensor(1024.0))
+    assert scaler.get_scale() == 1024.0
+    assert _drive(scaler, [True, False]) == [1024.0, 512.0]
 
 
 def test_stuck_message_suggests_a_lower_floor_only_above_one() -> None:

@@ -404,3 +404,28 @@ def test_ported_ddp_script_trains_on_cpu_with_the_library_scaler(tmp_path: Path)
     assert norms[6] != norms[5]  # the next clean step did
     assert result["finite"] and result["ranks_agree"]
     assert max(losses[-3:]) < losses[0] / 4
+
+
+def test_an_init_scale_below_one_is_ported_with_a_warning(tmp_path: Path) -> None:
+    """torch takes init_scale=0.5; the ported class refuses a scale below 1 at start-up, so the
+    port says so on that call (and only there)."""
+    (tmp_path / "t.py").write_text(
+        "import torch\n\n"
+        "low = torch.cuda.amp.GradScaler(init_scale=2 ** -4)\n"
+        "usual = torch.cuda.amp.GradScaler(2.0**16)\n",
+        encoding="utf-8",
+    )
+    report = tmp_path / "report.json"
+    proc = run_cli("--report", report, tmp_path / "t.py")
+    assert proc.returncode == 0, proc.stderr
+    warned = [
+        f
+        for f in json.loads(report.read_text(encoding="utf-8"))["findings"]
+        if f["rule"] == "torch-grad-scaler" and f["kind"] == "warning"
+    ]
+    assert [(f["line"], "2 ** -4" in f["message"]) for f in warned] == [(3, True)]
+    assert run_cli("--write", tmp_path / "t.py").returncode == 0
+    done = subprocess.run(
+        [sys.executable, "t.py"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
+    )
+    assert done.returncode != 0 and "init_scale" in done.stderr.strip().splitlines()[-1]

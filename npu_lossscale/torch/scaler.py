@@ -139,9 +139,13 @@ class GradScaler(torch.amp.GradScaler):
         max_skipped_steps_at_floor: int | None = None,
     ) -> None:
         device = _resolve_device(device)
+        # Flags and scales as stock takes them from configs: in a one-element tensor, and None
+        # for "off" (an unset option), which stock reads as false.
         if isinstance(enabled, torch.Tensor) and enabled.numel() == 1:
-            enabled = enabled.item()  # a flag kept in a tensor, which stock accepts too
-        enabled = check_bool("enabled", enabled)
+            enabled = enabled.item()
+        enabled = False if enabled is None else check_bool("enabled", enabled)
+        if isinstance(init_scale, torch.Tensor) and init_scale.numel() == 1:
+            init_scale = init_scale.item()
         self.dynamic = check_bool("dynamic", dynamic)
         check_fixed_extras(self.dynamic, max_skipped_steps_at_floor)
         init, self._rule = DynamicRule.validated(
