@@ -176,7 +176,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         # the file names TF_USE_LEGACY_KERAS: its tf.keras may be Keras 2 (tf_keras)
         self.legacy_keras = False
         # global mixed_float16 policies set here, and whether any LossScaleOptimizer is named
-        self._fp16_policies: list[tuple[cst.Call, bool]] = []  # (setter, surely fp16)
+        # (setter, surely fp16, the Policy's own loss_scale argument)
+        self._fp16_policies: list[tuple[cst.Call, bool, cst.BaseExpression | None]] = []
         self._unseen_rewrites: list[tuple[cst.CSTNode, cst.Call, dict[str, int]]] = []
         self._names_lso = False
         # names any import binds (None: a star import binds unknown ones); only a reference
@@ -418,9 +419,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if func is None and _is_keras_training_call(node):
             self._uses_keras = True
         if func is not None and api.is_policy_setter(func):
-            fp16 = self._fp16_policy(node)
+            fp16, loss_scale = self._fp16_policy(node)
             if fp16 is not None:
-                self._fp16_policies.append((node, fp16))
+                self._fp16_policies.append((node, fp16, loss_scale))
         if func == "builtins.getattr" or (
             func is None and isinstance(node.func, cst.Name) and node.func.value == "getattr"
         ):
@@ -443,28 +444,33 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         ):
             self.facts.wrappers.append(node)
 
-    def _fp16_policy(self, setter: cst.Call) -> bool | None:
+    def _fp16_policy(self, setter: cst.Call) -> tuple[bool | None, cst.BaseExpression | None]:
         """Whether a policy setter sets mixed_float16: True (`"mixed_float16"`, also through
         `Policy(...)` or a name assigned once), None (another literal policy), False (chosen
-        at run time: a parameter, a flag, a conditional)."""
+        at run time: a parameter, a flag, a conditional); and TF 2.1-2.3's `Policy(...,
+        loss_scale=...)` argument where one is given."""
         if not setter.args:
-            return None
+            return None, None
         value = setter.args[0].value
+        loss_scale = None
         for _ in range(2):  # `p = Policy(name)` then `set_policy(p)`: a name, then a Policy
             if isinstance(value, cst.Name):
                 assigned = [self._assigned_value(a) for a in self._assignments(value)]
                 if len(assigned) != 1 or assigned[0] is None:
-                    return False
+                    return False, None
                 value = assigned[0]
             if isinstance(value, cst.Call):
                 name = self.canonical(value.func)
                 if name is None or not api.is_policy_class(name) or not value.args:
-                    return False
+                    return False, None
+                bound = args_.bind(value, ("name", "loss_scale"))
+                if isinstance(bound, dict) and "loss_scale" in bound:
+                    loss_scale = value.args[bound["loss_scale"]].value
                 value = value.args[0].value
         text = args_.string_value(value)
         if text is None:
-            return False
-        return True if text == "mixed_float16" else None
+            return False, loss_scale
+        return (True if text == "mixed_float16" else None), loss_scale
 
     def _implicit_loss_scale(self) -> None:
         """A global mixed_float16 policy makes Keras wrap the optimizer of model.compile() in its
@@ -472,12 +478,19 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         nothing in such a file names a loss-scale API to port, so it would pass unremarked."""
         if self._names_lso:
             return
-        for call, surely in self._fp16_policies:
+        for call, surely, loss_scale in self._fp16_policies:
             policy = (
                 "the mixed_float16 policy makes"
                 if surely
                 else ("this policy is chosen at run time; if it is mixed_float16, it makes")
             )
+            keep = ""
+            if loss_scale is not None:
+                keep = (
+                    f" (its loss_scale={_code(loss_scale)} maps onto that class's keywords as "
+                    "for the experimental LossScaleOptimizer: a number N is initial_scale=N, "
+                    "dynamic=False)"
+                )
             self.warn(
                 call,
                 "keras-implicit-loss-scale",
@@ -485,7 +498,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 "its own LossScaleOptimizer, whose inf/NaN check misses an NPU's saturated "
                 "overflows (saturation mode); unless it is wrapped elsewhere, wrap it yourself: "
                 "model.compile(optimizer=npu_lossscale.keras.LossScaleOptimizer(opt), ...) "
-                "with an optimizer object (not a string), which Keras then leaves as it is",
+                f"with an optimizer object (not a string), which Keras then leaves as it is{keep}",
             )
 
     def _getattr(self, call: cst.Call) -> None:
