@@ -70,6 +70,7 @@ def main() -> None:
         str((build / "report.json").relative_to(ROOT)),
         rel,
     )
+    print(f"The Markdown report, {report.relative_to(ROOT)}:\n", flush=True)
     print(report.read_text(encoding="utf-8"), flush=True)
     print("A second run finds nothing left to port:", flush=True)
     run(python, "-m", "migrator", "--check", rel)

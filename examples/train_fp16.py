@@ -14,6 +14,7 @@ gradients fit, after which the loss falls.
 """
 
 import argparse
+import math
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -21,9 +22,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+tf.get_logger().setLevel("ERROR")  # TensorFlow's deprecation notices would bury the trace
 tf.disable_v2_behavior()
 
 FEATURES = 16
+
+
+def scale_text(scale):
+    """Powers of two as 2^k, which is what a loss scale almost always is."""
+    exponent = math.log2(scale) if scale > 0 else 0.5
+    return f"2^{int(exponent)}" if exponent.is_integer() else f"{scale:g}"
 
 
 def parse_args():
@@ -87,15 +95,15 @@ def main():
             if step % args.trace_every == 0 or step in (1, args.steps):
                 scale, applied = sess.run([loss_scale, global_step])
                 print(
-                    f"step {step:5d}  loss {loss_value:10.5f}  loss_scale {scale:14.1f}  "
+                    f"step {step:5d}  loss {loss_value:10.4g}  loss scale {scale_text(scale):>6}  "
                     f"skipped {step - applied:4d}",
                     flush=True,
                 )
         final_loss = sess.run(loss, {x: data_x, y: data_y})
         scale, applied = sess.run([loss_scale, global_step])
     print(
-        f"done: {args.steps} steps, {args.steps - applied} skipped, final loss {final_loss:.5f}, "
-        f"loss scale {scale:.1f}"
+        f"done: {args.steps} steps, {args.steps - applied} skipped, final loss {final_loss:.4g}, "
+        f"loss scale {scale_text(scale)}"
     )
 
 
