@@ -26,6 +26,9 @@ class SourceFile:
 
     path: Path
     display: str
+    # named on the command line (not found in a directory): its parse errors are reported even
+    # when it holds nothing to port
+    named: bool = False
 
 
 def _is_skipped_dir(name: str) -> bool:
@@ -102,7 +105,7 @@ def discover(
         if key in seen:
             return
         seen.add(key)
-        source = SourceFile(path, os.path.normpath(path))
+        source = SourceFile(path, os.path.normpath(path), named)
         if named or inside(key):
             found.append(source)
         else:

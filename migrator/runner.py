@@ -27,7 +27,7 @@ from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.horovod_sites import init_sites, name_init_sites
 from migrator.prefilter import might_need_migration
 from migrator.reexports import imported_from
-from migrator.triage import verdict, widen
+from migrator.triage import parses, verdict, widen
 
 if TYPE_CHECKING:
     from migrator.codemods.global_step import GlobalStepFacts
@@ -286,6 +286,8 @@ def run(
         reexports |= imported_from(data)
         if might_need_migration(data, add_loss_scale=config.add_loss_scale is not None):
             pending.append((source, data))
+        elif source.named and not parses(data):
+            pending.append((source, data))  # the full pass reports why, in its own words
         else:
             outcomes.append(FileOutcome(source, "unchanged"))
     pending, cleared = _triage(pending, add_loss_scale=config.add_loss_scale is not None)

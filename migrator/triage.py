@@ -215,6 +215,11 @@ def _read(source: bytes) -> _Names | None:
     return _names(tree)
 
 
+def parses(source: bytes) -> bool:
+    """Whether the file decodes and parses: a cheap check for files nothing else would read."""
+    return _read(source) is not None
+
+
 def _has(names: set[str], fragments: frozenset[str]) -> bool:
     return any(f in name for name in names for f in fragments)
 

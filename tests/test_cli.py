@@ -225,6 +225,18 @@ def test_syntax_error_gives_line_column_source_line_and_caret(tmp_path: Path) ->
     assert "Python 2" not in proc.stderr
 
 
+def test_a_named_file_with_nothing_to_port_still_reports_its_parse_error(tmp_path: Path) -> None:
+    """A file named on the command line is read even when it mentions no loss-scale API (a
+    syntax check in pre-commit must not pass a broken file); one found in a directory is not
+    parsed at all when its bytes hold nothing to port, as the README says."""
+    make_tree(tmp_path, {"pkg/broken.py": b"def f(x):\n    return x +\n"})
+    named = run_cli("--check", "pkg/broken.py", cwd=tmp_path)
+    assert named.returncode == 123
+    assert "pkg/broken.py:2:" in named.stderr and "cannot parse" in named.stderr
+    walked = run_cli("--check", "pkg", cwd=tmp_path)
+    assert walked.returncode == 0, walked.stderr
+
+
 def test_undecodable_file_names_line_byte_and_the_coding_cookie(tmp_path: Path) -> None:
     source = "# 混合精度 训练脚本\nimport tensorflow as tf  # mixed_precision\n".encode("gbk")
     make_tree(tmp_path, {"gbk.py": source})
