@@ -266,6 +266,15 @@ def cli(
     sys.exit(EXIT_OK)
 
 
+def _file_in_the_way(folder: Path) -> Path | None:
+    """The nearest existing ancestor of a folder to create (or the folder) when it is not a
+    directory: every write under it would fail, so it is named once, before any work."""
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            return None if candidate.is_dir() else candidate
+    return None
+
+
 def _validate(
     write: bool,
     output_dir: Path | None,
@@ -284,6 +293,12 @@ def _validate(
         raise click.UsageError("--copy-unchanged needs --output-dir.")
     if output_dir and output_dir.exists() and not output_dir.is_dir():
         raise click.BadParameter(f"{output_dir} is not a directory", param_hint="--output-dir")
+    blocked = _file_in_the_way(output_dir) if output_dir else None
+    if blocked is not None:
+        raise click.BadParameter(
+            f"{blocked} is a file, so {output_dir} cannot be created under it",
+            param_hint="--output-dir",
+        )
     if output_dir:
         from migrator.files import common_root
 
@@ -293,6 +308,12 @@ def _validate(
                 param_hint="--output-dir",
             )
     for report_path in reports:
+        blocked = _file_in_the_way(report_path.parent)
+        if blocked is not None:
+            raise click.BadParameter(
+                f"{blocked} is a file, so {report_path} cannot be written under it",
+                param_hint="--report",
+            )
         if report_path.suffix.lower() not in (".json", ".md", ".html"):
             raise click.BadParameter(
                 f"{report_path}: the report format comes from the suffix, which must be "

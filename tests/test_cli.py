@@ -237,6 +237,13 @@ def test_a_named_file_with_nothing_to_port_still_reports_its_parse_error(tmp_pat
     assert walked.returncode == 0, walked.stderr
 
 
+def test_an_output_dir_under_a_file_is_one_usage_error(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"src/a.py": PORTABLE, "src/b.py": PORTABLE, "blocker": b"a file"})
+    proc = run_cli("src", "--output-dir", "blocker/out", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.count("blocker is a file") == 1
+
+
 def test_undecodable_file_names_line_byte_and_the_coding_cookie(tmp_path: Path) -> None:
     source = "# 混合精度 训练脚本\nimport tensorflow as tf  # mixed_precision\n".encode("gbk")
     make_tree(tmp_path, {"gbk.py": source})

@@ -146,12 +146,21 @@ def test_reports_reflect_the_mode(tmp_path: Path) -> None:
     assert b"contrib" not in (tmp_path / "tree" / "train.py").read_bytes()
 
 
-def test_unwritable_report_path_is_an_error_after_the_run(tmp_path: Path) -> None:
+def test_a_report_under_a_file_is_a_usage_error_naming_that_file(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_bytes(PORTABLE)
     (tmp_path / "blocker").write_text("a file, not a directory")
     proc = run_cli("train.py", "--report", "blocker/r.json", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "blocker is a file, so blocker/r.json cannot be written under it" in proc.stderr
+    assert proc.stdout == ""  # refused before any work
+
+
+def test_unwritable_report_path_is_an_error_after_the_run(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_bytes(PORTABLE)
+    name = "r" * 300 + ".json"  # longer than a file name may be: the write itself fails
+    proc = run_cli("train.py", "--report", name, cwd=tmp_path)
     assert proc.returncode == 123
-    assert "blocker/r.json: error: cannot write report" in proc.stderr
+    assert f"{name}: error: cannot write report: File name too long" in proc.stderr
     assert "+++ b/train.py" in proc.stdout
 
 
