@@ -257,6 +257,9 @@ def test_stuck_at_the_floor_stops_training() -> None:
         ({"is_distributed": "yes"}, "is_distributed"),
         ({"dynamic": "no"}, "dynamic"),
         ({"clipnorm": 1.0}, "clipnorm"),  # Keras's own refusal: set it on the inner optimizer
+        # TF 2.1-2.3's experimental spelling, by keyword and by position: the way to write it
+        ({"loss_scale": 128}, r"initial_scale=N, dynamic=False"),
+        ({"initial_scale": "dynamic"}, r"\"dynamic\" is the default"),
     ],
 )
 def test_bad_arguments_name_themselves(kwargs: dict, named: str) -> None:
@@ -267,6 +270,21 @@ def test_bad_arguments_name_themselves(kwargs: dict, named: str) -> None:
 def test_a_tf1_optimizer_is_refused_with_the_way_out() -> None:
     with pytest.raises(ValueError, match="inner_optimizer.*NPULossScaleOptimizer"):
         LossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+
+
+def test_the_tf1_optimizer_says_what_a_wrong_manager_was_meant_to_be() -> None:
+    from npu_lossscale import NPULossScaleOptimizer
+    from npu_lossscale.torch import ExponentialUpdateLossScaleManager as TorchManager
+
+    inner = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+    for given, hint in (
+        (TorchManager(2.0**10, 100), "npu_lossscale.torch's manager"),
+        ("dynamic", "ExponentialUpdateLossScaleManager(init_loss_scale=2**15"),
+        (128, "FixedLossScaleManager(128)"),
+    ):
+        with pytest.raises(ValueError, match="loss_scale_manager") as error:
+            NPULossScaleOptimizer(inner, given)
+        assert hint in str(error.value)
 
 
 def test_the_tf1_optimizer_points_keras_users_here() -> None:

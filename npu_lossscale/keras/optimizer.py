@@ -63,8 +63,16 @@ def _check_is_distributed(value: object) -> bool | None:
     return None if value is None else check_bool("is_distributed", value)
 
 
-def _check_positional_order(initial_scale: object) -> None:
-    """A bool where the scale goes is tf_keras 2's order, (inner, dynamic, initial_scale, ...)."""
+def _check_positional_order(initial_scale: object, kwargs: dict[str, Any]) -> None:
+    """A bool where the scale goes is tf_keras 2's order, (inner, dynamic, initial_scale, ...);
+    "dynamic" there, or a `loss_scale=` keyword, is TF 2.1-2.3's experimental class."""
+    if (isinstance(initial_scale, str) and initial_scale == "dynamic") or "loss_scale" in kwargs:
+        given = kwargs.get("loss_scale", initial_scale)
+        raise ValueError(
+            f"loss_scale={given!r} is TF 2.1-2.3's experimental LossScaleOptimizer(opt, "
+            'loss_scale); here "dynamic" is the default (LossScaleOptimizer(opt)) and a number '
+            "N is LossScaleOptimizer(opt, initial_scale=N, dynamic=False)"
+        )
     if isinstance(initial_scale, bool):
         raise ValueError(
             f"initial_scale must be a number; got {initial_scale!r}. This looks like tf_keras 2's "
@@ -110,7 +118,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         **kwargs: Any,
     ) -> None:
         _check_inner(inner_optimizer)
-        _check_positional_order(initial_scale)
+        _check_positional_order(initial_scale, kwargs)
         dynamic = check_bool("dynamic", dynamic)
         init, rule = DynamicRule.validated(
             initial_scale,

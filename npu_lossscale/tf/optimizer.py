@@ -89,6 +89,20 @@ def _as_is_distributed(value: object) -> bool:
     raise ValueError(f"is_distributed must be True or False (or 0 or 1); got {value!r}")
 
 
+def _manager_hint(given: object) -> str:
+    """What a script that passed something else most likely meant."""
+    if type(given).__module__.startswith("npu_lossscale.torch"):
+        return " (that is npu_lossscale.torch's manager, for GradScaler; use npu_lossscale's)"
+    if given == "dynamic":
+        return (
+            " (for a dynamic scale pass ExponentialUpdateLossScaleManager(init_loss_scale=2**15, "
+            "incr_every_n_steps=2000), as TF's 'dynamic' loss scale did)"
+        )
+    if isinstance(given, (int, float)) and not isinstance(given, bool):
+        return f" (for a fixed scale pass FixedLossScaleManager({given!r}))"
+    return ""
+
+
 class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
     """Wraps ``opt``: scales the loss, unscales the gradients, applies only clean steps.
 
@@ -119,8 +133,9 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
             )
         if not isinstance(loss_scale_manager, LossScaleManager):
             raise ValueError(
-                "loss_scale_manager must be a FixedLossScaleManager or "
+                "loss_scale_manager must be an npu_lossscale FixedLossScaleManager or "
                 f"ExponentialUpdateLossScaleManager; got {loss_scale_manager!r}"
+                f"{_manager_hint(loss_scale_manager)}"
             )
         # By default the manager's flag. The optimizer then reduces once and hands the manager
         # the agreed flag (update_with_agreed_flag), so the manager never reduces it again.
