@@ -41,6 +41,15 @@ def message_html(message: str) -> str:
     )
 
 
+def _reason_html(reason: str) -> str:
+    """A failed file's reason: the quoted source line and caret (indented) as they are, the
+    rest with its `code` spans as <code>, like a finding's message."""
+    return "\n".join(
+        html.escape(line) if line.startswith("    ") else message_html(line)
+        for line in reason.split("\n")
+    )
+
+
 def _rank(outcome: FileOutcome) -> int:
     """Files a person must work on come first: warnings, then failures; then the changed ones."""
     if outcome.warnings:
@@ -124,7 +133,7 @@ class _FileView:
             )
         body: list[str] = []
         if o.error is not None:
-            body.append(f'<pre class="reason">{html.escape(o.error)}</pre>')
+            body.append(f'<pre class="reason">{_reason_html(o.error)}</pre>')
         if self.loose:
             body.append(self._loose_notes())
         if self.added or self.removed:
@@ -158,7 +167,11 @@ class _FileView:
             lines = "line" if hunk.folded_before == 1 else "lines"
             folded = f'<span class="folded">{hunk.folded_before} unchanged {lines}</span>'
         scope = html.escape(enclosing_definition(self.old.lines, hunk.old.start))
-        header = f"@@ -{_range(hunk.old)} +{_range(hunk.new)} @@"
+        if self.added or self.removed:
+            header = f"@@ -{_range(hunk.old)} +{_range(hunk.new)} @@"
+        else:  # context around a warning in a file the port left as it was: no diff to number
+            last = hunk.old.stop if hunk.old.stop > hunk.old.start else hunk.old.start + 1
+            header = f"lines {hunk.old.start + 1}\u2013{last}"
         return (
             f'<tr class="hunk"><td colspan="{columns}">{folded}<span class="range">{header}</span>'
             f' <span class="scope">{scope}</span></td></tr>'

@@ -266,7 +266,7 @@ def test_a_mixed_float16_policy_without_a_loss_scale_optimizer_is_flagged(tmp_pa
     assert set(found) == {("policy_fit.py", 7), ("policy_object.py", 5), ("policy_runtime.py", 7)}
     assert "chosen at run time" in found["policy_runtime.py", 7]
     assert "chosen at run time" not in found["policy_fit.py", 7]
-    assert 'its loss_scale="dynamic"' in found["policy_object.py", 5]  # TF 2.1's Policy argument
+    assert 'its `loss_scale="dynamic"`' in found["policy_object.py", 5]  # TF 2.1's Policy argument
     check = (
         "import json, keras\n"
         "from npu_lossscale.keras import LossScaleOptimizer\n"

@@ -487,9 +487,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             keep = ""
             if loss_scale is not None:
                 keep = (
-                    f" (its loss_scale={_code(loss_scale)} maps onto that class's keywords as "
-                    "for the experimental LossScaleOptimizer: a number N is initial_scale=N, "
-                    "dynamic=False)"
+                    f" (its `loss_scale={_code(loss_scale)}` maps onto that class's keywords as "
+                    "for the experimental LossScaleOptimizer: a number N is "
+                    "`initial_scale=N, dynamic=False`)"
                 )
             self.warn(
                 call,
@@ -497,7 +497,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 f"{policy} Keras wrap the optimizer of model.compile() in "
                 "its own LossScaleOptimizer, whose inf/NaN check misses an NPU's saturated "
                 "overflows (saturation mode); unless it is wrapped elsewhere, wrap it yourself: "
-                "model.compile(optimizer=npu_lossscale.keras.LossScaleOptimizer(opt), ...) "
+                "`model.compile(optimizer=npu_lossscale.keras.LossScaleOptimizer(opt), ...)` "
                 f"with an optimizer object (not a string), which Keras then leaves as it is{keep}",
             )
 
