@@ -138,11 +138,14 @@ def train(run: Run, steps: int, trace_every: int, seed: int = 0) -> Run:
 
 
 def summarize(runs: list[Run]) -> None:
-    print(f"\n{'run':<48} {'overflows':>9} {'caught':>6} {'final scale':>11} {'final loss':>11}")
+    # Two counts side by side: steps whose gradients overflowed, and how many the scaler skipped.
+    print(
+        f"\n{'run':<48} {'overflowed':>10}  {'skipped':>7}  {'final scale':>11}  {'final loss':>10}"
+    )
     for run in runs:
         print(
-            f"{run.title:<48} {run.overflows:>9d} {run.skipped:>6d}"
-            f" {format_scale(run.scales[-1]):>11} {run.losses[-1]:>11.4g}"
+            f"{run.title:<48} {run.overflows:>10d}  {run.skipped:>7d}"
+            f"  {format_scale(run.scales[-1]):>11}  {run.losses[-1]:>10.4g}"
         )
     right, wrong = runs[0], runs[1]
     print(
