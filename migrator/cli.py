@@ -134,6 +134,7 @@ def _write_stdout(data: bytes) -> None:
 @click.option(
     "--output-dir",
     type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
     help="Write migrated files under DIR, mirroring their paths relative to the inputs' "
     "common directory; the originals are not touched.",
 )
@@ -218,7 +219,7 @@ def cli(
     Keras/TF2 (mixed_precision.LossScaleOptimizer) and PyTorch (torch.cuda.amp.GradScaler).
 
     PATHS are files and directories; directories are searched for *.py files recursively
-    (hidden directories, venv/.venv, __pycache__ and site-packages are skipped).
+    (hidden directories, venv/.venv, __pycache__, site-packages and node_modules are skipped).
     By default a unified diff is printed and nothing is written: review first.
     """
     from migrator.files import discover
