@@ -193,6 +193,7 @@ def test_auto_device_and_mode_off_the_chip(monkeypatch: pytest.MonkeyPatch) -> N
         (dict(enabled=torch.tensor([1, 0])), "enabled"),
         (dict(dynamic=False, max_skipped_steps_at_floor=5), "max_skipped_steps_at_floor"),
         (dict(device=1024.0), r"init_scale=\.\.\."),
+        (dict(device="gpu"), r"device must be a device type.*'gpu'"),
     ],
 )
 def test_bad_arguments_name_themselves(arguments: dict, named: str) -> None:

@@ -69,8 +69,16 @@ def _resolve_device(device: object) -> str:
         raise ValueError(
             f"device must be a device type such as 'cpu' or 'auto'; got {device!r}{hint}"
         )
-    if device != "auto":
+    if device == "npu":  # a device type only torch-npu registers, so torch cannot check it
         return device
+    if device != "auto":
+        try:
+            return torch.device(device).type
+        except RuntimeError:
+            raise ValueError(
+                "device must be a device type such as 'cpu', 'cuda', 'npu' or 'auto'; "
+                f"got {device!r}"
+            ) from None
     if ascend.torch_npu() is not None:
         return "npu"
     return "cuda" if torch.cuda.is_available() else "cpu"
