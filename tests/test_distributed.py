@@ -55,7 +55,7 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return data
 
 
-@pytest.mark.parametrize("api", ["graph", "function"])
+@pytest.mark.parametrize("api", ["graph", "function", "graph-per-replica"])
 @pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
 @pytest.mark.parametrize("schedule", ["mixed", "clean"])
 def test_mirrored_replicas_take_one_decision(

@@ -289,13 +289,26 @@ def _apply_in_cross_replica_context(
     global_step: tf.Variable | None,
     name: str | None,
 ) -> tf.Operation:
-    # After the all-reduce every local replica holds the same sum; the first one decides.
+    # After the all-reduce every local replica holds the same sum; the first one decides. An
+    # optimizer built in the replica function (an Estimator runs model_fn once per replica)
+    # arrives as one per replica, over the same mirrored state: the first one decides too,
+    # and each replica applies through its own.
     agreed = strategy.experimental_local_results(overflow)[0]
+    deciding = strategy.experimental_local_results(optimizer)[0]
 
     def apply_on_every_replica() -> tf.Operation:
         per_replica = strategy.extended.call_for_each_replica(
-            optimizer._opt.apply_gradients, args=(grads_and_vars, global_step, name)
+            _apply_inner, args=(optimizer, grads_and_vars, global_step, name)
         )
         return strategy.group(per_replica)
 
-    return optimizer._apply_if_clean(agreed, apply_on_every_replica)
+    return deciding._apply_if_clean(agreed, apply_on_every_replica)
+
+
+def _apply_inner(
+    optimizer: Any,
+    grads_and_vars: tuple[tuple[Any, tf.Variable], ...],
+    global_step: tf.Variable | None,
+    name: str | None,
+) -> tf.Operation:
+    return optimizer._opt.apply_gradients(grads_and_vars, global_step, name)

@@ -68,6 +68,57 @@ def _graph_scenario(
     return records
 
 
+def _built_per_replica_scenario(
+    devices: list[str], mode: str, schedule: list[int | None]
+) -> list[dict]:
+    """An Estimator's shape: model_fn runs once per replica, so each replica builds its own
+    manager and optimizer inside the replica function (over the strategy's mirrored state)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        strategy = tf.distribute.MirroredStrategy(devices)
+        with strategy.scope():
+            weights = tf.compat.v1.get_variable(
+                "w", initializer=training.INITIAL_WEIGHTS, use_resource=True
+            )
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            poison = tf.compat.v1.placeholder(tf.float32, [2], name="poison")
+            managers = []
+
+            def model_fn() -> tf.Operation:
+                manager = training.make_manager(mode)
+                managers.append(manager)
+                optimizer = training.make_optimizer(manager)
+                return training.replica_step(optimizer, weights, poison, global_step)
+
+            train_op = strategy.group(strategy.extended.call_for_each_replica(model_fn))
+            init = tf.compat.v1.global_variables_initializer()
+        observed = {
+            "w": strategy.experimental_local_results(weights),
+            # each replica's own manager, read on its own device
+            "scale": [
+                strategy.experimental_local_results(m.variables[0])[i]
+                for i, m in enumerate(managers)
+            ],
+            "good_steps": [
+                strategy.experimental_local_results(m.variables[1])[i]
+                for i, m in enumerate(managers)
+            ],
+            "skipped": [
+                strategy.experimental_local_results(m.skipped_steps)[i]
+                for i, m in enumerate(managers)
+            ],
+            "global_step": strategy.experimental_local_results(global_step),
+        }
+        records = []
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(init)
+            for entry in schedule:
+                feed = [training.poison_for(entry, replica, mode) for replica in range(2)]
+                session.run(train_op, {poison: feed})
+                records.append(_jsonable(session.run(observed)))
+    return records
+
+
 def _function_scenario(devices: list[str], mode: str, schedule: list[int | None]) -> list[dict]:
     """TF2 style: eager variables, a tf.function around strategy.run."""
     strategy = tf.distribute.MirroredStrategy(devices)
@@ -133,7 +184,12 @@ def _not_distributed_error(devices: list[str]) -> str:
 def main(out_path: str) -> None:
     devices = _configure_two_cpus()
     results = {}
-    for api, scenario in (("graph", _graph_scenario), ("function", _function_scenario)):
+    scenarios = (
+        ("graph", _graph_scenario),
+        ("function", _function_scenario),
+        ("graph-per-replica", _built_per_replica_scenario),
+    )
+    for api, scenario in scenarios:
         for mode in MODES:
             for schedule_name, schedule in training.SCHEDULES.items():
                 key = f"{api}/{mode}/{schedule_name}"
