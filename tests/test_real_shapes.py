@@ -248,3 +248,26 @@ def test_graph_rewrite_on_an_unseen_optimizer_follows_the_files_tf_generation(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-2:] == ["npu_lossscale.keras.optimizer", "1"]
+
+
+def test_estimator_shapes_strategy_from_a_helper_and_a_throwaway_rewrite(tmp_path: Path) -> None:
+    """RunConfig(train_distribute=...) trains under a strategy however it was built, so the
+    optimizer gets the strategy test; a graph rewrite whose result nothing reads (a prediction
+    branch's throwaway) is left, warned: porting it would add loss-scale variables to the
+    prediction graph that checkpoints trained elsewhere lack."""
+    out = tmp_path / "out"
+    report = tmp_path / "report.json"
+    proc = run_cli(
+        FIXTURES / "estimator_shapes", "--output-dir", out, "--report", report, "--no-color"
+    )
+    assert proc.returncode == 0, proc.stderr
+    ported = (out / "strategy_from_helper.py").read_text(encoding="utf-8")
+    assert "is_distributed=tf.distribute.has_strategy()" in ported
+    assert not (out / "eval_dummy_rewrite.py").exists()  # nothing changed there
+    findings = json.loads(report.read_text(encoding="utf-8"))["findings"]
+    (left,) = [
+        f
+        for f in findings
+        if Path(f["path"]).name == "eval_dummy_rewrite.py" and f["rule"] == "graph-rewrite"
+    ]
+    assert left["line"] == 9 and "its result is unused" in left["message"]

@@ -426,7 +426,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             func is None and isinstance(node.func, cst.Name) and node.func.value == "getattr"
         ):
             self._getattr(node)
-        elif func is not None and api.is_distribute_strategy(func):
+        elif (func is not None and api.is_distribute_strategy(func)) or _hands_a_strategy(node):
             self.facts.strategy_used = True
         elif (
             func is not None
@@ -696,7 +696,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         problem = bound if isinstance(bound, str) else None
         if not isinstance(bound, str) and "opt" not in bound:
             problem = "the optimizer argument is missing"
-        unused = kind is Kind.GRAPH_REWRITE and isinstance(self.parent(call), cst.Expr)
+        unused = kind is Kind.GRAPH_REWRITE and self._result_unused(call)
         keras, unknown = None, None
         if problem is None:
             assert not isinstance(bound, str)
@@ -720,6 +720,20 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 "precision_mode, review by hand"
             )
         self._add_optimizer(node, call, kind, problem, bound, keras=keras, unknown=unknown)
+
+    def _result_unused(self, call: cst.Call) -> bool:
+        """A bare call, or one assigned to a name nothing reads (BERT's eval-branch
+        `dummy_op = enable_mixed_precision_graph_rewrite(...)`, kept only for its effect)."""
+        parent = self.parent(call)
+        if isinstance(parent, cst.Expr):
+            return True
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1):
+            return False
+        target = parent.targets[0].target
+        if not isinstance(target, cst.Name):
+            return False
+        mine = [a for a in self._assignments(target) if a.node is target]
+        return len(mine) == 1 and not mine[0].references
 
     def _add_optimizer(
         self,
@@ -1509,3 +1523,14 @@ def _agreed(flavours: set[str | None]) -> str | None:
         if keras in flavours:
             return keras
     return "v1" if flavours == {"v1"} else None
+
+
+def _hands_a_strategy(call: cst.Call) -> bool:
+    """`RunConfig(train_distribute=strategy)`: an Estimator trains under the strategy, however
+    the script built it (a helper such as distribution_utils.get_distribution_strategy)."""
+    return any(
+        arg.keyword is not None
+        and arg.keyword.value in ("train_distribute", "eval_distribute")
+        and not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
+        for arg in call.args
+    )
