@@ -289,6 +289,8 @@ def test_negative_controls_stay_byte_identical(tmp_path: Path) -> None:
         ("warnings_only.py", 10, "unresolved-access"),
         ("warnings_only.py", 13, "unported-api"),
         ("bridge_leftover.py", 4, "npu-bridge"),
+        # the port a vendor file does not get: one note, none about the port's consequences
+        ("bridge_rewrite.py", 6, "npu-bridge"),
         ("reexport_only.py", 2, "unported-api"),
         ("keras_inside_contrib.py", 6, "unported-api"),
         ("subclass_overrides.py", 5, "subclass-override"),  # overrides apply_gradients
