@@ -230,6 +230,8 @@ def test_graph_rewrite_on_an_unseen_optimizer_follows_the_files_tf_generation(
     assert "LossScaleOptimizer(adam(rate))" in texts["keras_helper.py"]
     assert "tf.keras.mixed_precision.LossScaleOptimizer(lamb(rate))" in texts["keras_helper.py"]
     assert "legacy_keras.py" not in texts  # nothing changed there
+    # a v1 optimizer wrapped by Horovod and then for loss scaling is seen as v1 through both
+    assert "NPULossScaleOptimizer(" in texts["hvd_wrapped_v1.py"]
     (out / "zoo.py").write_text(
         "import keras\n\n"
         "def build_model(config):\n"

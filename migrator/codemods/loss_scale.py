@@ -815,7 +815,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if id(expr) in seen:
             return "cycle"  # `opt = wrap(opt)`: says nothing about the optimizer itself
         if len(seen) > 8:
-            return None
+            return "cycle"  # a chain this long is wrappers of wrappers: it says nothing
         seen.add(id(expr))
         if isinstance(expr, cst.Call):
             name = self.canonical(expr.func)
@@ -1527,6 +1527,8 @@ def _agreed(flavours: set[str | None]) -> str | None:
     """One flavour for several assignments or returns: Keras 2 wins (it is what fails), then
     Keras; v1 only where all agree; a cycle (`opt = wrap(opt)`) says nothing."""
     flavours.discard("cycle")
+    if not flavours:
+        return "cycle"  # only wrappers of itself: no information either way
     for keras in ("keras2", "keras"):
         if keras in flavours:
             return keras
