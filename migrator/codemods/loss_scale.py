@@ -163,7 +163,6 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self._contrib_optimizers: list[tuple[cst.Call, int]] = []
         self._dynamic_calls: list[cst.Call] = []
         self._ported_dynamic: list[cst.Call] = []
-        self._inline_dynamic: list[cst.Call] = []
         self._skip: set[int] = set()
         self._removed_bindings: set[tuple[int, str]] = set()
         # class names a contrib `import *` binds, which the port's own import must not shadow
@@ -986,7 +985,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             )
         for call in self._dynamic_calls:
             self._control_deps(call, movable=True)
-        for call in self._ported_dynamic + self._inline_dynamic:
+        for call in self._ported_dynamic:
             self._control_deps(call, movable=False)
         if self.vendor_ported:
             self._leave_vendor_file()
@@ -1191,8 +1190,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         value, why = self.is_distributed(opt.call)
         targets = [api.OPTIMIZER]
         if opt.manager in ("dynamic", "default"):
+            # The manager the port writes inline may sit under tf.control_dependencies(): the
+            # library creates its variables outside them, so nothing is said about that.
             targets.append(api.DYNAMIC)
-            self._inline_dynamic.append(opt.call)
         elif opt.manager == "fixed":
             targets.append(api.FIXED)
         self.edits.calls[opt.call] = CallEdit(api.OPTIMIZER, _optimizer_builder(opt, value))
@@ -1247,8 +1247,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             call,
             "manager-in-control-deps",
             "a dynamic loss-scale manager is built inside tf.control_dependencies() (line "
-            f"{self.line(with_node)}), which the NPU adapter does not support; move it out by "
-            f"hand ({reason})",
+            f"{self.line(with_node)}) and was left there ({reason or 'it is not movable'}): "
+            "npu_lossscale's manager runs there as written, the Ascend adapter's does not; move "
+            "it out if the script must also run on the adapter",
         )
 
     def _leave_vendor_file(self) -> None:
