@@ -7,6 +7,7 @@ scenario so TensorFlow is imported once. Usage: mirrored_worker.py OUT.json
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 
@@ -32,47 +33,15 @@ class LocalOnly:
 
 
 def _graph_scenario(
-    devices: list[str], mode: str, schedule: list[int | None], reducer: object = None
+    devices: list[str],
+    mode: str,
+    schedule: list[int | None],
+    reducer: object = None,
+    per_replica: bool = False,
 ) -> list[dict]:
-    """TF1 style: a tf.Graph, strategy.extended.call_for_each_replica, Session.run."""
-    graph = tf.Graph()
-    with graph.as_default():
-        strategy = tf.distribute.MirroredStrategy(devices)
-        with strategy.scope():
-            weights = tf.compat.v1.get_variable(
-                "w", initializer=training.INITIAL_WEIGHTS, use_resource=True
-            )
-            global_step = tf.compat.v1.train.get_or_create_global_step()
-            manager = training.make_manager(mode)
-            optimizer = training.make_optimizer(manager, reducer)
-            poison = tf.compat.v1.placeholder(tf.float32, [2], name="poison")
-            per_replica = strategy.extended.call_for_each_replica(
-                training.replica_step, args=(optimizer, weights, poison, global_step)
-            )
-            train_op = strategy.group(per_replica)
-            init = tf.compat.v1.global_variables_initializer()
-        observed = {
-            "w": strategy.experimental_local_results(weights),
-            "scale": strategy.experimental_local_results(manager.variables[0]),
-            "good_steps": strategy.experimental_local_results(manager.variables[1]),
-            "skipped": strategy.experimental_local_results(manager.skipped_steps),
-            "global_step": strategy.experimental_local_results(global_step),
-        }
-        records = []
-        with tf.compat.v1.Session(graph=graph) as session:
-            session.run(init)
-            for entry in schedule:
-                feed = [training.poison_for(entry, replica, mode) for replica in range(2)]
-                session.run(train_op, {poison: feed})
-                records.append(_jsonable(session.run(observed)))
-    return records
-
-
-def _built_per_replica_scenario(
-    devices: list[str], mode: str, schedule: list[int | None]
-) -> list[dict]:
-    """An Estimator's shape: model_fn runs once per replica, so each replica builds its own
-    manager and optimizer inside the replica function (over the strategy's mirrored state)."""
+    """TF1 style: a tf.Graph, strategy.extended.call_for_each_replica, Session.run. With
+    `per_replica`, an Estimator's shape: model_fn runs once per replica, so each replica builds
+    its own manager and optimizer inside the replica function (over the mirrored state)."""
     graph = tf.Graph()
     with graph.as_default():
         strategy = tf.distribute.MirroredStrategy(devices)
@@ -82,31 +51,30 @@ def _built_per_replica_scenario(
             )
             global_step = tf.compat.v1.train.get_or_create_global_step()
             poison = tf.compat.v1.placeholder(tf.float32, [2], name="poison")
-            managers = []
+            managers = [] if per_replica else [training.make_manager(mode)] * 2
+            shared = None if per_replica else training.make_optimizer(managers[0], reducer)
 
             def model_fn() -> tf.Operation:
-                manager = training.make_manager(mode)
-                managers.append(manager)
-                optimizer = training.make_optimizer(manager)
+                optimizer = shared
+                if optimizer is None:
+                    managers.append(training.make_manager(mode))
+                    optimizer = training.make_optimizer(managers[-1], reducer)
                 return training.replica_step(optimizer, weights, poison, global_step)
 
             train_op = strategy.group(strategy.extended.call_for_each_replica(model_fn))
             init = tf.compat.v1.global_variables_initializer()
+
+        def each_replica(variable_of) -> list:  # replica i's value of its own manager's variable
+            return [
+                strategy.experimental_local_results(variable_of(m))[i]
+                for i, m in enumerate(managers)
+            ]
+
         observed = {
             "w": strategy.experimental_local_results(weights),
-            # each replica's own manager, read on its own device
-            "scale": [
-                strategy.experimental_local_results(m.variables[0])[i]
-                for i, m in enumerate(managers)
-            ],
-            "good_steps": [
-                strategy.experimental_local_results(m.variables[1])[i]
-                for i, m in enumerate(managers)
-            ],
-            "skipped": [
-                strategy.experimental_local_results(m.skipped_steps)[i]
-                for i, m in enumerate(managers)
-            ],
+            "scale": each_replica(lambda m: m.variables[0]),
+            "good_steps": each_replica(lambda m: m.variables[1]),
+            "skipped": each_replica(lambda m: m.skipped_steps),
             "global_step": strategy.experimental_local_results(global_step),
         }
         records = []
@@ -187,7 +155,7 @@ def main(out_path: str) -> None:
     scenarios = (
         ("graph", _graph_scenario),
         ("function", _function_scenario),
-        ("graph-per-replica", _built_per_replica_scenario),
+        ("graph-per-replica", functools.partial(_graph_scenario, per_replica=True)),
     )
     for api, scenario in scenarios:
         for mode in MODES:
