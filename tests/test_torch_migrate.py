@@ -80,15 +80,16 @@ def test_ported_file_names_no_torch_scaler_and_imports_the_library(ported: dict,
     source = (ported["out"] / name).read_text(encoding="utf-8")
     tree = ast.parse(source)
     compile(source, name, "exec")
-    # The class an isinstance()/issubclass() test names may be torch.amp.GradScaler, the base of
-    # the ported class and of torch's; nowhere else may a torch scaler be reached.
-    tested = {
-        id(n)
+    # The class an isinstance()/issubclass() test or a registry's key names may be
+    # torch.amp.GradScaler, the base of the ported class and of torch's; nowhere else may a
+    # torch scaler be reached.
+    compared = [
+        call.args[1]
         for call in ast.walk(tree)
         if isinstance(call, ast.Call) and _dotted(call.func) in ("isinstance", "issubclass")
-        for n in ast.walk(call.args[1])
-        if _dotted(n) == "torch.amp.GradScaler"
-    }
+    ]
+    compared += [k for d in ast.walk(tree) if isinstance(d, ast.Dict) for k in d.keys if k]
+    tested = {id(n) for c in compared for n in ast.walk(c) if _dotted(n) == "torch.amp.GradScaler"}
     dotted = {
         _dotted(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and id(n) not in tested
     }
@@ -106,7 +107,9 @@ def test_ported_file_names_no_torch_scaler_and_imports_the_library(ported: dict,
     calls = [
         _dotted(n.func)
         for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and _dotted(n.func).endswith(("GradScaler", "Scaler"))
+        if isinstance(n, ast.Call)
+        and _dotted(n.func).endswith(("GradScaler", "Scaler"))
+        and _dotted(n.func) != "ShardedGradScaler"  # fairscale's: no counterpart, left
     ]
     assert calls
     for func in calls:
@@ -249,6 +252,19 @@ def test_unportable_uses_are_reported_where_they_are(ported: dict) -> None:
     messages = " ".join(f["message"] for f in _findings(ported["report"], "unportable.py"))
     for reason in ("subclasses", "as a value", "**-arguments", "no npu_lossscale counterpart"):
         assert reason in messages
+
+
+def test_library_shapes_guarded_import_registry_key_and_sharded_scaler(ported: dict) -> None:
+    """The import put inside `try: ... except ImportError` is warned (a missing npu_lossscale
+    would be swallowed); a registry keyed by torch.amp.GradScaler is left quietly (the ported
+    class is a subclass); fairscale's sharded scaler has no counterpart and says so."""
+    found = {
+        (f["line"], f["rule"], f["kind"])
+        for f in _findings(ported["report"], "guarded_and_keyed.py")
+    }
+    assert (6, "torch-import", "warning") in found
+    assert (17, "torch-grad-scaler", "warning") in found
+    assert not [f for f in found if f[0] == 12]  # STATE_SAVERS = {torch.amp.GradScaler: ...}
 
 
 def test_value_use_keeps_torch_name_and_ports_the_rest(tmp_path: Path) -> None:

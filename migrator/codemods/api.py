@@ -146,14 +146,23 @@ _POLICY_SETTERS = ("set_global_policy", "set_policy", "set_dtype_policy")
 _POLICY_CLASSES = ("Policy", "DTypePolicy")
 
 
+def _policy_home(module: str) -> bool:
+    """Keras's own homes, also reached through a project that re-exports keras
+    (`from keras_cv.backend import keras`: `keras_cv.backend.keras.mixed_precision`)."""
+    return module in _POLICY_HOMES or any(
+        module.endswith("." + home) for home in _POLICY_HOMES if home.startswith("keras.")
+    )
+
+
 def is_policy_setter(name: str) -> bool:
     module, leaf = _split(name)
-    return module in _POLICY_HOMES and leaf in _POLICY_SETTERS
+    return _policy_home(module) and leaf in _POLICY_SETTERS
 
 
 def is_policy_class(name: str) -> bool:
     module, leaf = _split(name)
-    return (module in _POLICY_HOMES or module == "keras") and leaf in _POLICY_CLASSES
+    keras_root = module == "keras" or module.endswith(".keras")
+    return (_policy_home(module) or keras_root) and leaf in _POLICY_CLASSES
 
 
 def keras_order(name: str) -> tuple[str, ...] | None:

@@ -191,8 +191,8 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         elif kind is Kind.SHARDED:
             self._warn(
                 node,
-                f"`{_code(node)}` (FSDP's sharded scaler) has no npu_lossscale counterpart; left "
-                "as it is",
+                f"`{_code(node)}` (a sharded scaler, FSDP's or fairscale's) has no "
+                "npu_lossscale counterpart; left as it is",
             )
         else:
             self._use(node, kind)
@@ -213,11 +213,13 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             )
             return
         where = self._type_position(node)
+        if where is None and kind is Kind.AMP and self._used_as_key(node):
+            return  # a registry keyed by torch.amp.GradScaler finds the ported class (a subclass)
         if where is None:
             self._warn(
                 node,
                 f"`{_code(node)}` is used as a value (passed, stored or returned), not "
-                "constructed; what it builds elsewhere stays torch's CUDA scaler: port it by hand",
+                "constructed; what it builds elsewhere stays torch's scaler: port it by hand",
             )
         elif kind is Kind.AMP:
             pass  # the ported class is a torch.amp.GradScaler already: still true as written
@@ -241,6 +243,13 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                 f"{names.BASE}, not a torch.cuda.amp one); left unchanged: test against "
                 f"{names.BASE} by hand",
             )
+
+    def _used_as_key(self, node: cst.CSTNode) -> bool:
+        """`{Class: ...}` or `table[Class]`: the class as a lookup key, not as a factory."""
+        up = self.parent(node)
+        if isinstance(up, cst.DictElement):
+            return up.key is node
+        return isinstance(up, cst.Index) and isinstance(self.parent(self.parent(up)), cst.Subscript)
 
     def _torch_bound(self, node: cst.CSTNode) -> bool:
         """Whether `torch` reads as the torch module where `node` is, at run time."""
@@ -434,6 +443,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             self.plan = TorchPlan()
             return
         self._report_imports(anchors)
+        self._guarded_imports(anchors)
         if self.plan.calls and not self._transfer:
             first = min(self.line(call) for call in self.plan.calls)
             self.findings.append(Finding(self.path, first, DEVICE_RULE, _TRANSFER_NOTE, "warning"))
@@ -459,6 +469,25 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                 self._change(
                     node, f"drops `{dropped}` from this import: every use was ported", IMPORT_RULE
                 )
+
+    def _guarded_imports(self, anchors: list[cst.SimpleStatementLine]) -> None:
+        """The new import inside `try: ... except ImportError:` is swallowed where npu_lossscale
+        is missing, and the script then fails at the scaler's first use, far from the cause."""
+        for statement in anchors:
+            current: cst.CSTNode | None = statement
+            while current is not None and not isinstance(current, cst.Module):
+                up = self.parent(current)
+                if isinstance(up, cst.Try) and current is up.body and _catches_import_error(up):
+                    self._warn(
+                        statement,
+                        f"the {names.LIBRARY} import goes inside a try whose except catches "
+                        "ImportError: where npu_lossscale is not installed the error is "
+                        "swallowed and the scaler's first use fails instead; install it where "
+                        "this runs, or move the import out of the guard",
+                        IMPORT_RULE,
+                    )
+                    break
+                current = up
 
     def _all_removed(self, small: cst.CSTNode) -> bool:
         aliases = getattr(small, "names", None)
@@ -546,6 +575,19 @@ def _torch_roots(module: cst.Module) -> tuple[set[str], bool]:
         elif not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement)):
             stack.extend(node.children)  # statements, blocks, handlers: not expressions
     return roots, star
+
+
+def _catches_import_error(statement: cst.Try) -> bool:
+    caught = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+    for handler in statement.handlers:
+        if handler.type is None:
+            return True
+        types = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
+        for item in types:
+            value = item.value if isinstance(item, cst.Element) else item
+            if _dotted(value).rpartition(".")[2] in caught:
+                return True
+    return False
 
 
 def _literal_below_one(value: cst.BaseExpression) -> str | None:

@@ -58,6 +58,9 @@ _SCALERS = {
 _SHARDED = (
     "torch.distributed.fsdp.ShardedGradScaler",
     "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+    # fairscale's, a torch.cuda.amp.GradScaler subclass for its sharded optimizers
+    "fairscale.optim.grad_scaler.ShardedGradScaler",
+    "fairscale.optim.ShardedGradScaler",
 )
 # Modules whose import the port may drop once every use of it was rewritten; `torch` itself
 # always stays (the script uses it for everything else, and importing it has effects).
@@ -101,4 +104,4 @@ def is_transfer_to_npu(name: str) -> bool:
 
 def is_torch_module(name: str) -> bool:
     top = name.split(".")[0]
-    return top in ("torch", "torch_npu")
+    return top in ("torch", "torch_npu", "fairscale")
