@@ -309,3 +309,37 @@ def test_a_custom_loop_under_a_strategy_builds_the_optimizer_itself(tmp_path) ->
     # Made outside the scope, its variables would be one copy updated once per replica.
     assert "created outside the scope of the MirroredStrategy" in results["outside"]
     assert "strategy.scope()" in results["outside"]
+
+
+@pytest.mark.parametrize("loop", ["eager", "tf.function"])
+def test_model_fit_after_a_tf_keras_style_loop_still_unscales(loop: str) -> None:
+    """get_unscaled_gradients makes 'the caller unscales' the optimizer's fact, but model.fit's
+    train step scales the loss itself and never unscales: its apply must still divide (it
+    applied the gradients 1024 times too large), exactly as Keras's own optimizer does."""
+    moves = {}
+    for name, make in (
+        ("keras", keras.mixed_precision.LossScaleOptimizer),
+        ("ours", LossScaleOptimizer),
+    ):
+        model = _mlp()
+        optimizer = make(keras.optimizers.SGD(LR), initial_scale=1024.0)
+        model.compile(optimizer=optimizer, loss="mse")
+
+        def custom_step() -> None:  # Keras 3 has no tf_keras names: its own loop divides
+            tf_keras_style = name == "ours"
+            with tf.GradientTape() as tape:
+                loss = _loss(model, X)
+                scale = optimizer.get_scaled_loss if tf_keras_style else optimizer.scale_loss
+                scaled = scale(loss)
+            grads = tape.gradient(scaled, model.trainable_variables)
+            if tf_keras_style:
+                grads = optimizer.get_unscaled_gradients(grads)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+        (tf.function(custom_step) if loop == "tf.function" else custom_step)()
+        before = [w.numpy() for w in model.trainable_variables]
+        model.fit(X, Y, batch_size=8, epochs=1, verbose=0)
+        after = [w.numpy() for w in model.trainable_variables]
+        moves[name] = [a - b for a, b in zip(after, before)]
+    for ours, theirs in zip(moves["ours"], moves["keras"]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-7)

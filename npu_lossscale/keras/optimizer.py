@@ -13,6 +13,7 @@ TF managers' own), and the distributed apply, where the flag is summed before an
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -84,6 +85,13 @@ def _check_positional_order(initial_scale: object, kwargs: dict[str, Any]) -> No
         )
 
 
+def _traced_graph() -> tf.Graph | None:
+    """The function being traced (a FuncGraph), or None when running eagerly."""
+    if tf.executing_eagerly():
+        return None
+    return tf.compat.v1.get_default_graph()
+
+
 @keras.saving.register_keras_serializable(package="npu_lossscale")
 class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     """Dynamic (or fixed) loss scaling for Keras 3 with the NPU's overflow modes.
@@ -151,6 +159,10 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         # different tf.functions, threads (one per replica) or traces of one function.
         self._caller_unscales = False
         self._applied_scaled = False  # an apply divided by the scale itself (a warning's cue)
+        self._warned_mixed = False  # the scale_loss-after-get_unscaled_gradients warning
+        # traced functions that call scale_loss / get_unscaled_gradients themselves
+        self._graphs_scaling: weakref.WeakSet = weakref.WeakSet()
+        self._graphs_unscaling: weakref.WeakSet = weakref.WeakSet()
         self._create_rule_variables()
 
     @classmethod
@@ -261,13 +273,33 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     # -- the tf_keras custom-loop spellings ----------------------------------------------------
 
     def scale_loss(self, loss: Any) -> Any:
-        """``loss`` times the current scale: always the variable, which exists before build."""
+        """``loss`` times the current scale: always the variable, which exists before build.
+
+        Keras 3's name, which model.fit calls and whose gradients nobody unscales: once
+        get_unscaled_gradients has made "the caller unscales" this optimizer's contract, those
+        gradients would be applied still scaled, so that is said (once) where it can be seen.
+        """
+        graph = _traced_graph()
+        if graph is not None:
+            self._graphs_scaling.add(graph)
+        elif self._caller_unscales and not self._warned_mixed:
+            self._warned_mixed = True
+            logger.warning(
+                "npu_lossscale.keras.LossScaleOptimizer: scale_loss (which model.fit calls) "
+                "is used eagerly on an optimizer whose get_unscaled_gradients was called "
+                "before, so apply takes its gradients as unscaled: gradients that reach it "
+                "without get_unscaled_gradients are applied still multiplied by the scale. Use "
+                "one optimizer per kind of loop."
+            )
+        return self._scaled(loss)
+
+    def _scaled(self, loss: Any) -> Any:
         return keras.ops.multiply(loss, self.dynamic_scale)
 
     def get_scaled_loss(self, loss: Any) -> Any:
         if callable(loss):
-            return lambda: self.scale_loss(loss())
-        return self.scale_loss(loss)
+            return lambda: self._scaled(loss())
+        return self._scaled(loss)
 
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> list[Any]:
         """Divide by the scale, as tf_keras did, and from now on take every gradient
@@ -285,14 +317,29 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 "function traced before still divides them. Use one optimizer per kind of loop."
             )
         self._caller_unscales = True
+        graph = _traced_graph()
+        if graph is not None:
+            self._graphs_unscaling.add(graph)
         return unscale(list(grads), self.loss_scale, self.overflow_mode)
 
     # -- one step -----------------------------------------------------------------------------
 
+    def _gradients_come_unscaled(self) -> bool:
+        """Whether apply is handed gradients the caller divided already. Within one traced
+        function its own calls decide: get_unscaled_gradients there means yes, scale_loss alone
+        (model.fit's train step, a Keras 3 loop) means no; elsewhere (eager steps, an apply
+        traced apart from the unscaling) the optimizer's sticky fact does."""
+        graph = _traced_graph()
+        if graph is not None and graph in self._graphs_unscaling:
+            return True
+        if graph is not None and graph in self._graphs_scaling:
+            return False
+        return self._caller_unscales
+
     def _tf_apply(self, grads: list[Any], trainable_variables: list[Any] | None = None) -> None:
         if tf.distribute.in_cross_replica_context() and tf.distribute.has_strategy():
             raise ValueError("apply() must be called in a replica context.")
-        grads_unscaled = self._caller_unscales
+        grads_unscaled = self._gradients_come_unscaled()
         self._applied_scaled = self._applied_scaled or not grads_unscaled
         # Unscaled gradients carry a saturated element as inf (see get_unscaled_gradients).
         mode = OverflowMode.INF_NAN if grads_unscaled else self.overflow_mode
