@@ -9,11 +9,13 @@ gradients does, and every overflowed one must apply nothing.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import keras
 import numpy as np
@@ -311,6 +313,16 @@ def test_a_custom_loop_under_a_strategy_builds_the_optimizer_itself(tmp_path) ->
     assert "strategy.scope()" in results["outside"]
 
 
+def _custom_step(model: keras.Model, optimizer: Any, *, tf_keras_style: bool) -> None:
+    with tf.GradientTape() as tape:
+        loss = _loss(model, X)
+        scaled = optimizer.get_scaled_loss(loss) if tf_keras_style else optimizer.scale_loss(loss)
+    grads = tape.gradient(scaled, model.trainable_variables)
+    if tf_keras_style:
+        grads = optimizer.get_unscaled_gradients(grads)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+
 @pytest.mark.parametrize("loop", ["eager", "tf.function"])
 def test_model_fit_after_a_tf_keras_style_loop_still_unscales(loop: str) -> None:
     """get_unscaled_gradients makes 'the caller unscales' the optimizer's fact, but model.fit's
@@ -325,18 +337,9 @@ def test_model_fit_after_a_tf_keras_style_loop_still_unscales(loop: str) -> None
         optimizer = make(keras.optimizers.SGD(LR), initial_scale=1024.0)
         model.compile(optimizer=optimizer, loss="mse")
 
-        def custom_step() -> None:  # Keras 3 has no tf_keras names: its own loop divides
-            tf_keras_style = name == "ours"
-            with tf.GradientTape() as tape:
-                loss = _loss(model, X)
-                scale = optimizer.get_scaled_loss if tf_keras_style else optimizer.scale_loss
-                scaled = scale(loss)
-            grads = tape.gradient(scaled, model.trainable_variables)
-            if tf_keras_style:
-                grads = optimizer.get_unscaled_gradients(grads)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-
-        (tf.function(custom_step) if loop == "tf.function" else custom_step)()
+        # Keras 3 has no tf_keras names: its own loop scales and lets apply divide.
+        step = functools.partial(_custom_step, model, optimizer, tf_keras_style=name == "ours")
+        (tf.function(step) if loop == "tf.function" else step)()
         before = [w.numpy() for w in model.trainable_variables]
         model.fit(X, Y, batch_size=8, epochs=1, verbose=0)
         after = [w.numpy() for w in model.trainable_variables]

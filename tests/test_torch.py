@@ -770,3 +770,44 @@ def test_managers_driven_by_hand_follow_the_rule() -> None:
     assert fixed.get_loss_scale().item() == 64.0 and fixed.skipped_steps == 3
     with pytest.raises(ValueError, match="finite_grads"):
         fixed.update_loss_scale(torch.tensor([1.0]))
+
+
+def test_a_gan_loop_alternating_optimizers_skips_only_the_overflowed_update() -> None:
+    """One scaler, an update() after D's step and another after G's (the torch AMP docs' GAN
+    pattern): an overflow in D's update must not skip G's clean step through the stale inf
+    left in D's gradients, which G's backward adds to. Decisions and scales as stock's."""
+
+    def run(scaler: torch.amp.GradScaler) -> list[tuple[bool, bool, float]]:
+        torch.manual_seed(0)
+        generator, critic = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+        opt_g = torch.optim.SGD(generator.parameters(), 0.1)
+        opt_d = torch.optim.SGD(critic.parameters(), 0.1)
+        trace = []
+        for step in range(3):
+            noise, real = torch.randn(8, 4), torch.randn(8, 4)
+            critic.zero_grad()
+            loss_d = critic(real).mean() - critic(generator(noise).detach()).mean()
+            if step == 1:
+                loss_d = loss_d * float("inf")
+            d_before = critic.weight.detach().clone()
+            scaler.scale(loss_d).backward()
+            scaler.step(opt_d)
+            scaler.update()
+            generator.zero_grad()
+            g_before = generator.weight.detach().clone()
+            scaler.scale(-critic(generator(noise)).mean()).backward()
+            scaler.step(opt_g)
+            scaler.update()
+            trace.append(
+                (
+                    not torch.equal(d_before, critic.weight),
+                    not torch.equal(g_before, generator.weight),
+                    scaler.get_scale(),
+                )
+            )
+        return trace
+
+    ours = run(GradScaler("cpu", init_scale=1024.0))
+    assert ours == run(torch.amp.GradScaler("cpu", init_scale=1024.0))
+    assert [applied_g for _, applied_g, _ in ours] == [True, True, True]
+    assert ours[1][0] is False  # D's own overflowed step was skipped

@@ -342,8 +342,11 @@ class GradScaler(torch.amp.GradScaler):
         One decision per update, where stock torch decides per optimizer (with two optimizers
         it may apply one and skip the other, leaving a model half-updated). The update's first
         `step()` decides, over its own optimizer, every optimizer already `unscale_`d in this
-        update, and every optimizer stepped in the previous update (their gradients are read, not
-        touched); if any overflowed, every optimizer of the update skips. That is all or nothing
+        update, and every optimizer stepped in the previous update when that update also stepped
+        this one (their gradients are read, not touched; a loop that alternates optimizers
+        between updates, as a GAN's D and G updates do, leaves stale gradients in the others, and
+        each of its updates is judged on its own optimizers, as stock does); if any overflowed,
+        every optimizer of the update skips. That is all or nothing
         for the common loops: one backward, then a step per optimizer (dense and sparse
         optimizers, per-part optimizers), from the second update on, and from the first where
         each optimizer is `unscale_`d before the first step. An optimizer the decision did not
@@ -372,7 +375,7 @@ class GradScaler(torch.amp.GradScaler):
     def _overflow_so_far(self, optimizer: torch.optim.Optimizer) -> bool:
         """Whether this update has overflowed, as far as ``optimizer``'s step must know."""
         if self._overflowed is None:
-            self._overflowed = self._agreed_overflow(self._unjudged(), self._prechecks())
+            self._overflowed = self._agreed_overflow(self._unjudged(), self._prechecks(optimizer))
         elif not self._overflowed and id(optimizer) not in self._judged:
             self._overflowed = self._agreed_overflow([id(optimizer)])
         return self._overflowed
@@ -384,23 +387,26 @@ class GradScaler(torch.amp.GradScaler):
             if state["stage"] is not OptState.READY and key not in self._judged
         ]
 
-    def _prechecks(self) -> list[torch.Tensor]:
-        """Read-only checks of the previous update's optimizers not yet unscaled in this one.
-        On the chip the float status already covers every gradient since scale()."""
-        if self._chip_status:
+    def _prechecks(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        """Read-only checks of the previous update's optimizers not yet unscaled in this one,
+        where the loop steps the same optimizers every update (the one stepping now was among
+        them). A loop that alternates optimizers between updates (a GAN's D update, then G's)
+        leaves stale gradients in the others, which are not this update's to judge. On the chip
+        the float status already covers every gradient since scale()."""
+        if self._chip_status or not any(ref() is optimizer for ref in self._previous):
             return []
         scale = self._require_scale("step")
         flags = []
         for ref in self._previous:
-            optimizer = ref()
-            if optimizer is None:
+            other = ref()
+            if other is None:
                 continue
-            state = self._per_optimizer_states.get(id(optimizer))
+            state = self._per_optimizer_states.get(id(other))
             if state is not None and state["stage"] is not OptState.READY:
                 continue
             with torch.no_grad():
                 groups = overflow.gradient_groups(
-                    overflow.optimizer_params(optimizer),
+                    overflow.optimizer_params(other),
                     allow_fp16=True,
                     coalesce_sparse=self.overflow_mode is OverflowMode.SATURATION,
                     in_place=False,
