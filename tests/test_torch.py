@@ -811,3 +811,11 @@ def test_a_gan_loop_alternating_optimizers_skips_only_the_overflowed_update() ->
     assert ours == run(torch.amp.GradScaler("cpu", init_scale=1024.0))
     assert [applied_g for _, applied_g, _ in ours] == [True, True, True]
     assert ours[1][0] is False  # D's own overflowed step was skipped
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_cuda_scaler_without_cuda_says_it_is_disabled_and_what_to_pass() -> None:
+    with pytest.warns(UserWarning) as caught:  # stock's own, and ours saying what to pass
+        scaler = GradScaler("cuda")
+    assert any("device='npu' or leave the default" in str(w.message) for w in caught)
+    assert scaler.is_enabled() is False

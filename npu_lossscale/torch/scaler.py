@@ -156,6 +156,15 @@ class GradScaler(torch.amp.GradScaler):
             init_scale = init_scale.item()
         self.dynamic = check_bool("dynamic", dynamic)
         check_fixed_extras(self.dynamic, max_skipped_steps_at_floor)
+        if enabled and device == "cuda" and not torch.cuda.is_available():
+            # Stock disables itself here with a warning about torch.cuda.amp; a ported script
+            # that kept "cuda" would lose loss scaling and overflow skipping without knowing why.
+            warnings.warn(
+                "npu_lossscale.torch.GradScaler(device='cuda'): CUDA is not available, so this "
+                "scaler is disabled (no loss scaling, no overflow skipping); on Ascend pass "
+                "device='npu' or leave the default device='auto'",
+                stacklevel=2,
+            )
         init, self._rule = DynamicRule.validated(
             init_scale,
             growth_interval,
