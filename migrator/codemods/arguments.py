@@ -134,9 +134,41 @@ def without_trailing_comma(args: Sequence[cst.Arg]) -> list[cst.Arg]:
 
 
 def number_value(node: cst.BaseExpression) -> float | None:
-    """The value of a plain int/float literal (optionally negated), else None."""
+    """The value of a plain int/float literal, else None."""
     if isinstance(node, (cst.Integer, cst.Float)):
         return float(node.evaluated_value)
+    return None
+
+
+def literal_value(node: cst.BaseExpression) -> float | None:
+    """The value of a numeric literal as `is_numeric_literal` accepts it (`0.5`, `-1`,
+    `2 ** -4`), computed in floats: None for anything else, or where the arithmetic overflows
+    (never a hang on `2 ** 10 ** 10`)."""
+    value = number_value(node)
+    if value is not None:
+        return value
+    try:
+        if isinstance(node, cst.UnaryOperation) and isinstance(
+            node.operator, (cst.Minus, cst.Plus)
+        ):
+            inner = literal_value(node.expression)
+            sign = -1.0 if isinstance(node.operator, cst.Minus) else 1.0
+            return None if inner is None else sign * inner
+        if isinstance(node, cst.BinaryOperation):
+            left, right = literal_value(node.left), literal_value(node.right)
+            if left is None or right is None:
+                return None
+            operations = {
+                cst.Add: lambda: left + right,
+                cst.Subtract: lambda: left - right,
+                cst.Multiply: lambda: left * right,
+                cst.Divide: lambda: left / right,
+                cst.Power: lambda: left**right,
+            }
+            compute = operations.get(type(node.operator))
+            return None if compute is None else float(compute())
+    except (ZeroDivisionError, OverflowError, TypeError, ValueError):
+        return None
     return None
 
 

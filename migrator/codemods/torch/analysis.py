@@ -18,7 +18,6 @@ A file already on torch-npu's own scaler is left byte-identical.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 
 import libcst as cst
@@ -592,37 +591,8 @@ def _catches_import_error(statement: cst.Try) -> bool:
 
 def _literal_below_one(value: cst.BaseExpression) -> str | None:
     """The code of a numeric literal below 1 (`0.5`, `2 ** -4`), else None."""
-    number = _number(value)
+    number = shared_args.literal_value(value)
     return _code(value) if number is not None and number < 1 else None
-
-
-def _number(node: cst.BaseExpression) -> float | None:
-    """A numeric literal's value, computed in floats (an overflow gives None, never a hang)."""
-    try:
-        if isinstance(node, (cst.Integer, cst.Float)):
-            return float(ast.literal_eval(node.value))
-        if isinstance(node, cst.UnaryOperation) and isinstance(
-            node.operator, (cst.Minus, cst.Plus)
-        ):
-            inner = _number(node.expression)
-            sign = -1.0 if isinstance(node.operator, cst.Minus) else 1.0
-            return None if inner is None else sign * inner
-        if isinstance(node, cst.BinaryOperation):
-            left, right = _number(node.left), _number(node.right)
-            if left is None or right is None:
-                return None
-            operations = {
-                cst.Add: lambda: left + right,
-                cst.Subtract: lambda: left - right,
-                cst.Multiply: lambda: left * right,
-                cst.Divide: lambda: left / right,
-                cst.Power: lambda: left**right,
-            }
-            compute = operations.get(type(node.operator))
-            return None if compute is None else float(compute())
-    except (ValueError, SyntaxError, ZeroDivisionError, OverflowError, TypeError):
-        return None
-    return None
 
 
 def _root(node: cst.BaseExpression) -> cst.Name | None:
