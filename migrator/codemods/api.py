@@ -130,6 +130,10 @@ def classify(name: str) -> Kind | None:
     return None
 
 
+# How the note on a ported graph rewrite begins (the TF1 and the Keras port each go on in their
+# own words); a file left as it is (on npu_bridge) drops the note by it.
+PORTED_REWRITE_NOTE = "review by hand: only the loss scaling was ported"
+
 # Where Keras sets its global dtype policy. Under "mixed_float16", model.compile() wraps a plain
 # optimizer in Keras's own LossScaleOptimizer (any LossScaleOptimizer subclass is left alone).
 _POLICY_HOMES = (

@@ -164,7 +164,7 @@ class KerasPort:
                     a.path,
                     site.line,
                     "graph-rewrite",
-                    "review by hand: only the loss scaling was ported; TensorFlow's fp16 graph "
+                    f"{api.PORTED_REWRITE_NOTE}; TensorFlow's fp16 graph "
                     "rewrite is no longer switched on, so the model computes in float32 unless "
                     "the script sets a mixed_float16 dtype policy "
                     "(keras.mixed_precision.set_global_policy) or the NPU's precision_mode does",

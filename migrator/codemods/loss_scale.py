@@ -1219,7 +1219,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                     self.path,
                     opt.line,
                     "graph-rewrite",
-                    "review by hand: only the loss scaling was ported; on the NPU the compute "
+                    f"{api.PORTED_REWRITE_NOTE}; on the NPU the compute "
                     "precision comes from the session's precision_mode (e.g. allow_mix_precision),"
                     " not from a graph rewrite",
                     "warning",
@@ -1262,7 +1262,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             for f in self.findings
             if f.kind != "change"
             and f.rule not in ("optimizer-kind-unknown", "distributed-unverified")
-            and not f.message.startswith("review by hand: only the loss scaling was ported")
+            and not f.message.startswith(api.PORTED_REWRITE_NOTE)
         ]
         for f in changes:
             self.findings.append(
