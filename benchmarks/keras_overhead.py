@@ -1,12 +1,15 @@
 """Per-step cost of npu_lossscale.keras.LossScaleOptimizer in model.fit, against Keras's own.
 
-Four models, identical but for the optimizer: the bare inner optimizer, Keras's
+Six models, identical but for the optimizer: the bare inner optimizer, Keras's
 `keras.mixed_precision.LossScaleOptimizer`, and ours in INF_NAN and in saturation mode, all over
-the same inner optimizer. One interleaved run: every round fits each model once on the same data,
-in a fresh random order, so machine noise hits all four alike; a wrapper's overhead in a round is
-its time minus the bare optimizer's in that same round. Prints the median overheads per step and
-our overhead as a multiple of Keras's (the targets: at most 1.0x in INF_NAN mode, 1.3x in
-saturation mode).
+the same inner optimizer; ours twice, as shipped (on CPU with the fused check-and-unscale op,
+built on first use) and on the pure-TF path (``NPU_LOSSSCALE_FUSED=0``, what runs where the op
+cannot: no compiler, XLA, a GPU or NPU graph). One interleaved run: every round fits each model
+once on the same data, in a fresh random order, so machine noise hits all alike; a wrapper's
+overhead in a round is its time minus the bare optimizer's in that same round. Rounds are short
+and many because pairs of fits close in time share more of the machine's noise. Prints the
+median overheads per step and our overhead as a multiple of Keras's, with a bootstrap interval
+(the targets: at most 1.0x in INF_NAN mode, 1.3x in saturation mode).
 
 Usage: python benchmarks/keras_overhead.py [--rounds N] [--steps N] [--width W] [--depth D]
                                           [--threads T]
@@ -15,6 +18,7 @@ Usage: python benchmarks/keras_overhead.py [--rounds N] [--steps N] [--width W] 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import statistics
@@ -26,7 +30,9 @@ import keras  # noqa: E402  (the log level must be set before TensorFlow loads)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from npu_lossscale import _build_cache  # noqa: E402
 from npu_lossscale.keras import LossScaleOptimizer  # noqa: E402
+from npu_lossscale.tf import kernels  # noqa: E402
 
 BATCH = 64
 
@@ -65,13 +71,33 @@ def _configurations() -> dict[str, keras.optimizers.Optimizer]:
         "keras": keras.mixed_precision.LossScaleOptimizer(inner()),
         "ours-inf_nan": LossScaleOptimizer(inner(), overflow_mode="inf_nan"),
         "ours-saturation": LossScaleOptimizer(inner(), overflow_mode="saturation"),
+        "pure-inf_nan": LossScaleOptimizer(inner(), overflow_mode="inf_nan"),
+        "pure-saturation": LossScaleOptimizer(inner(), overflow_mode="saturation"),
     }
+
+
+@contextlib.contextmanager
+def _path(name: str):
+    """The fused op off while a pure-* model fits (read when its train function is traced; set
+    on every fit so that a retrace cannot pick the op up)."""
+    if not name.startswith("pure-"):
+        yield
+        return
+    saved = os.environ.get(_build_cache.DISABLE_ENV)
+    os.environ[_build_cache.DISABLE_ENV] = "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[_build_cache.DISABLE_ENV]
+        else:
+            os.environ[_build_cache.DISABLE_ENV] = saved
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
-    parser.add_argument("--steps", type=int, default=200, help="training steps per fit")
+    parser.add_argument("--rounds", type=int, default=60, help="interleaved rounds")
+    parser.add_argument("--steps", type=int, default=100, help="training steps per fit")
     parser.add_argument("--width", type=int, default=64, help="units per hidden layer")
     parser.add_argument("--depth", type=int, default=2, help="hidden layers")
     parser.add_argument(
@@ -89,8 +115,10 @@ def main() -> None:
     y = rng.standard_normal((BATCH * args.steps, 1)).astype(np.float32)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).cache()
     models = {name: _model(args.width, args.depth, opt) for name, opt in _configurations().items()}
-    for model in models.values():  # trace the train function outside the timed rounds
-        model.fit(data.take(2), shuffle=False, verbose=0)
+    for name, model in models.items():  # trace the train function outside the timed rounds
+        with _path(name):
+            model.fit(data.take(2), shuffle=False, verbose=0)
+    fused = kernels.fused_ops() is not None
 
     # Wall time is what a user waits; CPU time (all threads of this process) is the work done,
     # and moves less when other processes share the machine.
@@ -101,8 +129,9 @@ def main() -> None:
     for _ in range(args.rounds):
         shuffler.shuffle(order)
         for name in order:
-            start = {clock: read() for clock, read in clocks.items()}
-            models[name].fit(data, shuffle=False, verbose=0)
+            with _path(name):
+                start = {clock: read() for clock, read in clocks.items()}
+                models[name].fit(data, shuffle=False, verbose=0)
             for clock, read in clocks.items():
                 times[clock][name].append((read() - start[clock]) / args.steps)
 
@@ -110,27 +139,35 @@ def main() -> None:
         f"model.fit, {args.depth}x{args.width} MLP, batch {BATCH}, {args.steps} steps per fit, "
         f"{args.rounds} interleaved rounds (medians; overhead = paired difference to bare)"
     )
+    print(
+        "ours-*: as shipped, "
+        + (
+            "with the fused CPU op"
+            if fused
+            else f"fused op unavailable ({kernels.unavailable_reason()})"
+        )
+        + "; pure-*: ours with NPU_LOSSSCALE_FUSED=0"
+    )
     for clock in clocks:
         per = times[clock]
         bare = statistics.median(per["bare"])
         print(f"{clock} time: bare inner optimizer {bare * 1e6:.1f} us/step")
-        overhead = {}
-        for name in ("keras", "ours-inf_nan", "ours-saturation"):
-            paired = [t - b for t, b in zip(per[name], per["bare"])]
-            overhead[name] = statistics.median(paired)
+        for name in [n for n in models if n != "bare"]:
+            overhead = statistics.median(t - b for t, b in zip(per[name], per["bare"]))
             print(
                 f"  {name:16s} {statistics.median(per[name]) * 1e6:8.1f} us/step, "
-                f"overhead {overhead[name] * 1e6:7.1f} us/step"
+                f"overhead {overhead * 1e6:7.1f} us/step"
             )
-        for mode, target in (("inf_nan", 1.0), ("saturation", 1.3)):
-            ratio, low, high = _ratio_with_interval(per, f"ours-{mode}")
-            print(
-                f"ratio ours-{mode} / keras overhead ({clock}): {ratio:.2f} "
-                f"(95% interval {low:.2f}..{high:.2f}; target <= {target})"
-            )
+        for ours in ("ours", "pure"):
+            for mode, target in (("inf_nan", 1.0), ("saturation", 1.3)):
+                ratio, low, high = _ratio_with_interval(per, f"{ours}-{mode}")
+                print(
+                    f"ratio {ours}-{mode} / keras overhead ({clock}): {ratio:.2f} "
+                    f"(95% interval {low:.2f}..{high:.2f}; target <= {target})"
+                )
     # Saturation mode may skip a few early steps here: a gradient of 2 reaches 65504 at 2**15.
-    skipped = [int(models[n].optimizer.skipped_steps) for n in ("ours-inf_nan", "ours-saturation")]
-    print(f"steps skipped by ours (inf_nan, saturation): {skipped}")
+    skipped = {n: int(m.optimizer.skipped_steps) for n, m in models.items() if "-" in n}
+    print(f"steps skipped: {skipped}")
 
 
 if __name__ == "__main__":

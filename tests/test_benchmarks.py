@@ -33,7 +33,10 @@ EXPECTED_RATIOS = {
     "overhead.py": (r"ratio to TensorFlow's (\S+) \(95% interval \S+; per layout \S+ \S+\)", 6),
     "distributed_overhead.py": (r"ratio all-reduced / local: (\S+)", 1),
     "migrate_speed.py": (r"ratio ours / tf_upgrade_v2: (\S+)", 1),
-    "keras_overhead.py": (r"ratio ours-\S+ / keras overhead \(\w+\): (\S+) \(95% interval", 4),
+    "keras_overhead.py": (
+        r"ratio (?:ours|pure)-\S+ / keras overhead \(\w+\): (\S+) \(95% interval",
+        8,
+    ),
     "torch_overhead.py": (r"ratio ours-\S+ / stock overhead \(\w+\): (\S+) \(95% interval", 4),
     "torch_distributed_overhead.py": (r"ratio all-reduced / local: (\S+)", 1),
 }

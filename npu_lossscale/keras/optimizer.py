@@ -21,7 +21,7 @@ import keras
 import tensorflow as tf
 from keras.src.utils import tracking
 
-from npu_lossscale.keras.overflow import agreed_finite, unscale
+from npu_lossscale.keras.overflow import agreed_finite, local_finite, unscale, unscale_and_check
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
 from npu_lossscale.rule import DynamicRule, check_bool, check_fixed_extras
 from npu_lossscale.tf import distributed
@@ -341,12 +341,18 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             raise ValueError("apply() must be called in a replica context.")
         grads_unscaled = self._gradients_come_unscaled()
         self._applied_scaled = self._applied_scaled or not grads_unscaled
-        # Unscaled gradients carry a saturated element as inf (see get_unscaled_gradients).
-        mode = OverflowMode.INF_NAN if grads_unscaled else self.overflow_mode
-        finite = agreed_finite(grads, mode, self.is_distributed)
+        if grads_unscaled:
+            # They carry a saturated element as inf (see get_unscaled_gradients).
+            finite = local_finite(grads, OverflowMode.INF_NAN)
+        else:
+            targets = trainable_variables or self._trainable_variables
+            divide = [not self._overwrite_variable_with_gradient(v) for v in targets]
+            scale = tf.convert_to_tensor(self.dynamic_scale.value)
+            grads, finite = unscale_and_check(grads, divide, scale, self.overflow_mode)
+        finite = agreed_finite(finite, self.is_distributed)
         context = distributed._strategy_replica_context()
         if context is None:
-            self._apply_or_skip(finite, grads, trainable_variables, grads_unscaled)
+            self._apply_or_skip(finite, grads, trainable_variables)
             return
         self._check_created_in_scope(context.strategy)
 
@@ -361,7 +367,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
             def apply_on_every_replica() -> None:
                 strategy.extended.call_for_each_replica(
-                    self._apply_inner, args=(grads, variables, grads_unscaled)
+                    self.inner_optimizer.apply, args=(grads, variables)
                 )
                 self._update_scale(finite=True)
 
@@ -383,26 +389,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def _common_apply(self, grads: list[Any], trainable_variables: list[Any] | None = None) -> None:
         self._tf_apply(grads, trainable_variables)
 
-    def _apply_or_skip(
-        self, finite: tf.Tensor, grads: list[Any], variables: Any, grads_unscaled: bool
-    ) -> None:
+    def _apply_or_skip(self, finite: tf.Tensor, grads: list[Any], variables: Any) -> None:
         def apply() -> None:
-            self._apply_inner(grads, variables, grads_unscaled)
+            self.inner_optimizer.apply(grads, trainable_variables=variables)
             self._update_scale(finite=True)
 
         tf.cond(finite, apply, lambda: self._update_scale(finite=False))
-
-    def _apply_inner(self, grads: list[Any], variables: Any, grads_unscaled: bool) -> None:
-        if not grads_unscaled:
-            scale = tf.convert_to_tensor(self.dynamic_scale.value)
-            targets = variables or self._trainable_variables
-            grads = [
-                g
-                if g is None or self._overwrite_variable_with_gradient(v)
-                else g / tf.cast(scale, g.dtype)
-                for g, v in zip(grads, targets)
-            ]
-        self.inner_optimizer.apply(grads, trainable_variables=variables)
 
     def _update_scale(self, finite: bool) -> None:
         """Move the scale by the rule, count the skip, and stop a run stuck at the floor.

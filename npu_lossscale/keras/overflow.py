@@ -14,7 +14,9 @@ The check is built the way Keras builds its own (one boolean reduction per gradi
 over those), not as the TF1 side's sum of squares plus an exact fallback: on gradients that are
 still scaled that fast test almost never passes in saturation mode, and in a Keras train function
 the branch costs more than the pass it saves. One comparison per element decides both rules:
-NaN and inf fail ``|g| < threshold`` just as a saturated value does.
+NaN and inf fail ``|g| < threshold`` just as a saturated value does. On CPU, where the TF1
+front-end's fused op is built, that op does the check and the unscaling in one pass instead
+(``unscale_and_check``), with the same decision and values.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import tensorflow as tf
 
 from npu_lossscale.modes import FP16_SATURATION_VALUE, OverflowMode
-from npu_lossscale.tf import distributed
+from npu_lossscale.tf import distributed, kernels
 from npu_lossscale.tf.overflow import gradient_values, map_values
 
 
@@ -42,6 +44,58 @@ def local_finite(grads: Sequence[Any], mode: OverflowMode) -> tf.Tensor:
         magnitude = tf.abs(value if value.dtype == tf.float32 else tf.cast(value, tf.float32))
         per_gradient.append(tf.reduce_all(magnitude < FP16_SATURATION_VALUE))
     return tf.reduce_all(tf.stack(per_gradient))
+
+
+def unscale_and_check(
+    grads: Sequence[Any], divide: Sequence[bool], scale: tf.Tensor, mode: OverflowMode
+) -> tuple[list[Any], tf.Tensor]:
+    """The still-scaled gradients unscaled (where ``divide`` says so), and the boolean scalar
+    ``local_finite`` gives for them: both before the skip-or-apply branch, which then applies
+    what it is handed.
+
+    Dense float32 gradients go through the TF1 front-end's fused CPU op where it is built
+    (``npu_lossscale.tf.kernels``): one node per gradient that reads each element once for both
+    jobs, where Keras's own optimizer runs three (is_finite, reduce, divide) and reads the
+    gradient twice. The op applies ``local_finite``'s rule to the scaled values and multiplies
+    by the reciprocal of the scale; the pure path here does the same, so the two agree bit for
+    bit (Keras divides, which can differ in the last bit at scales that are not powers of two).
+    """
+    wanted = [bool(d) and g is not None for g, d in zip(grads, divide, strict=True)]
+    fusable = [
+        w and isinstance(g, tf.Tensor) and g.dtype == tf.float32 for g, w in zip(grads, wanted)
+    ]
+    ops = kernels.fused_ops() if any(fusable) and not kernels.in_xla_context() else None
+    reciprocal = tf.math.reciprocal(tf.cast(scale, tf.float32))
+
+    def multiply(values: tf.Tensor) -> tf.Tensor:
+        if values.dtype in (tf.float32, tf.float64):
+            return values * tf.cast(reciprocal, values.dtype)
+        return tf.cast(tf.cast(values, tf.float32) * reciprocal, values.dtype)
+
+    result: list[Any] = []
+    statuses = []
+    checked_here = []
+    for grad, unscale_it, fused in zip(grads, wanted, fusable):
+        if ops is not None and fused:
+            unscaled, status = ops.npu_unscale_and_check(
+                grad, scale, saturation=mode is OverflowMode.SATURATION
+            )
+            result.append(unscaled)
+            statuses.append(status)
+            continue
+        unscaled = map_values(grad, multiply) if unscale_it else grad
+        result.append(unscaled)
+        if grad is not None:
+            # inf/NaN is the same question of either (the scale is at least 1); asked of the
+            # unscaled values it leaves the multiply the scaled gradient's only reader, so it
+            # can write in place. Saturation is a question about the scaled values.
+            checked_here.append(grad if mode is OverflowMode.SATURATION else unscaled)
+    if not statuses:
+        return result, local_finite(checked_here, mode)
+    clean = tf.equal(statuses[0] if len(statuses) == 1 else tf.add_n(statuses), 0.0)
+    if checked_here:
+        clean = tf.logical_and(clean, local_finite(checked_here, mode))
+    return result, clean
 
 
 def unscale(grads: Sequence[Any], scale: tf.Tensor, mode: OverflowMode) -> list[Any]:
@@ -91,17 +145,12 @@ def should_reduce(is_distributed: bool | None) -> bool:
     return bool(is_distributed)
 
 
-def agreed_finite(
-    grads: Sequence[Any],
-    mode: OverflowMode,
-    is_distributed: bool | None,
-) -> tf.Tensor:
-    """Boolean scalar: True when no replica/worker saw an overflow in its gradients.
+def agreed_finite(finite: tf.Tensor, is_distributed: bool | None) -> tf.Tensor:
+    """Boolean scalar: True when no replica/worker saw an overflow (``finite`` is this one's).
 
     Workers sum a float32 0/1 overflow status; every replica gets the same sum and so takes the
     same branch, which keeps the collectives inside the branch safe.
     """
-    finite = local_finite(grads, mode)
     if not should_reduce(is_distributed):
         return finite
     status = tf.cast(tf.logical_not(finite), tf.float32)
