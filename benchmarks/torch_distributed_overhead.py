@@ -76,6 +76,7 @@ def worker(rank: int, port: int, args: argparse.Namespace, results: mp.Queue) ->
             skipped = {name: scaler.skipped_steps for name, scaler in scalers.items()}
             params = sum(p.numel() for p in loop.model.parameters())
             results.put((times, skipped, params))
+        dist.barrier()  # no rank tears the group down while another still talks to it
     finally:
         dist.destroy_process_group()
 

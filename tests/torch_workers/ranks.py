@@ -127,6 +127,7 @@ def main() -> None:
     with open(out, "w") as f:
         json.dump(result, f)
     if result.get("error") is None:
+        dist.barrier()  # no rank tears the group down while another still talks to it
         dist.destroy_process_group()
         return
     # The group lost a peer: tearing it down at interpreter exit can abort in gloo's threads
