@@ -163,7 +163,7 @@ def main() -> None:
     args = parser.parse_args()
     if not kernels.built():
         print("Compiling the fused CPU check once (seconds; cached afterwards)...", flush=True)
-        kernels.saturation_op()
+        kernels.fused_op(saturation=True)
     runs = [
         Run("saturating chip, overflow_mode='saturation'", chip="saturation", mode="saturation"),
         Run("saturating chip, overflow_mode='inf_nan' (wrong)", chip="saturation", mode="inf_nan"),

@@ -26,7 +26,8 @@ from npu_lossscale.modes import OverflowMode
 from npu_lossscale.torch import GradScaler, kernels, overflow
 
 SAT = OverflowMode.SATURATION
-OP_EVENT = "npu_lossscale::saturation_check_and_unscale_"
+OP_EVENT = "npu_lossscale::check_and_unscale_"
+STOCK_EVENT = "aten::_amp_foreach_non_finite_check_and_unscale_"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # 1/3000 and 1/(0.8 * 2**15) (a dynamic scale after one decrease) are not powers of two, so the
 # multiply rounds; 2**-10 does not.
@@ -38,7 +39,7 @@ SHAPES = [(257, 129), (70001,), (), (0,), (33,)]
 
 @pytest.fixture(scope="session")
 def op():
-    fused = kernels.saturation_op()
+    fused = kernels.fused_op(saturation=True)
     if fused is None:
         pytest.skip(f"fused op unavailable here: {kernels.unavailable_reason()}")
     return fused
@@ -74,9 +75,11 @@ def _gradients(dtype: torch.dtype, planted: float | None, seed: int) -> list[tor
     return grads
 
 
-def _by_hand(grads: list[torch.Tensor]) -> bool:
-    """The saturation rule written out: some scaled element is NaN or has |g| >= 65504."""
-    return any(bool((g.double().isnan() | (g.double().abs() >= 65504.0)).any()) for g in grads)
+def _by_hand(grads: list[torch.Tensor], saturation: bool) -> bool:
+    """The rule written out: some scaled element is NaN or infinite, or (saturation) has
+    |g| >= 65504."""
+    limit = 65504.0 if saturation else math.inf
+    return any(bool((g.double().isnan() | (g.double().abs() >= limit)).any()) for g in grads)
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
@@ -94,9 +97,13 @@ def _assert_same_values(actual: list[torch.Tensor], expected: list[torch.Tensor]
         assert torch.equal(_bits(a)[~nan.contiguous()], _bits(e)[~nan.contiguous()])
 
 
-def _pure_path(grads: list[torch.Tensor], inv: torch.Tensor) -> float:
-    """The existing three-pass path, as the scaler runs it for gradients the op does not take."""
+def _pure_path(grads: list[torch.Tensor], inv: torch.Tensor, saturation: bool) -> float:
+    """What the scaler runs for gradients the op does not take: the three-pass saturation
+    check, or torch's own inf/NaN kernel (stock GradScaler's)."""
     found = torch.zeros(())
+    if not saturation:
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+        return float(found)
     beyond = overflow._beyond(grads, 65504.0)
     if beyond is not None:
         found.add_(beyond)
@@ -104,23 +111,26 @@ def _pure_path(grads: list[torch.Tensor], inv: torch.Tensor) -> float:
     return float(found)
 
 
+@pytest.mark.parametrize("saturation", [True, False], ids=["saturation", "inf_nan"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("inv_scale", INV_SCALES)
 @pytest.mark.parametrize("planted", PLANTED, ids=repr)
-def test_op_matches_the_pure_path_bit_for_bit(op, dtype, inv_scale, planted):
+def test_op_matches_the_pure_path_bit_for_bit(op, saturation, dtype, inv_scale, planted):
     grads = _gradients(dtype, planted, seed=len(str(planted)) + int(1 / inv_scale))
     reference = [g.clone() for g in grads]
     inv = torch.tensor(inv_scale, dtype=torch.float32)
     found = torch.zeros(())
     versions = [g._version for g in grads]
 
-    by_hand = _by_hand(reference)
+    by_hand = _by_hand(reference, saturation)
 
-    assert op(grads, found, inv) is True
+    assert op(grads, found, inv, saturation) is True
 
-    assert bool(found) == bool(_pure_path(reference, inv)) == by_hand
+    assert bool(found) == bool(_pure_path(reference, inv, saturation)) == by_hand
+    finite = planted is None or math.isfinite(planted)
     if planted is not None and not (dtype == torch.float32 and planted == 65503.9):
-        assert bool(found)  # 65503.9 is 65504 in float16 and 65536 in bfloat16
+        # 65503.9 is 65504 in float16 and 65536 in bfloat16, finite in both
+        assert bool(found) == (saturation or not finite)
     _assert_same_values(grads, reference)
     assert all(g._version > v for g, v in zip(grads, versions))
 
@@ -129,11 +139,11 @@ def test_op_sets_the_flag_and_never_clears_it(op):
     inv = torch.tensor(0.5)
     clean = [torch.ones(5)]
     found = torch.zeros(())
-    assert op(clean, found, inv) and float(found) == 0.0
+    assert op(clean, found, inv, True) and float(found) == 0.0
     found.fill_(1.0)
-    assert op(clean, found, inv) and float(found) == 1.0
+    assert op(clean, found, inv, False) and float(found) == 1.0
     assert torch.equal(clean[0], torch.full((5,), 0.25))
-    assert op([], found, inv)
+    assert op([], found, inv, True)
 
 
 def test_op_refuses_what_it_does_not_take_and_touches_nothing(op):
@@ -146,11 +156,12 @@ def test_op_refuses_what_it_does_not_take_and_touches_nothing(op):
     ]
     for grads in refused:
         before = [g.clone() for g in grads]
-        assert op(grads, found, inv) is False
+        assert op(grads, found, inv, True) is False
         assert all(torch.equal(g, b) for g, b in zip(grads, before)) and float(found) == 0.0
-    assert op([good], torch.zeros((), dtype=torch.float64), inv) is False
-    assert op([good], found, torch.tensor(0.5, dtype=torch.float64)) is False
-    assert op([good], found, inv) is True and float(found) == 1.0
+    assert op([good], torch.zeros((), dtype=torch.float64), inv, True) is False
+    assert op([good], found, torch.tensor(0.5, dtype=torch.float64), True) is False
+    assert op([good], found, inv, False) is True and float(found) == 0.0  # finite: inf_nan passes
+    assert op([torch.full((4,), 70000.0)], found, inv, True) is True and float(found) == 1.0
 
 
 def test_results_do_not_depend_on_the_thread_count(op):
@@ -163,7 +174,7 @@ def test_results_do_not_depend_on_the_thread_count(op):
             torch.set_num_threads(count)
             grads = [g.clone() for g in base]
             found = torch.zeros(())
-            op(grads, found, inv)
+            op(grads, found, inv, True)
             results.append((float(found), grads))
     finally:
         torch.set_num_threads(threads)
@@ -180,12 +191,16 @@ def _model(dtype: torch.dtype, sparse: bool = False) -> nn.Module:
     return nn.Sequential(*layers).to(dtype)
 
 
-def _steps(dtype, sparse, use_fused, pure) -> tuple[list, list, list[str]]:
-    """Train a few steps from 2**20 (the first steps saturate: still-scaled gradients pass 65504
-    while staying finite); the gradients after each unscale, the decisions, the op events."""
+def _steps(dtype, sparse, use_fused, pure, mode="saturation") -> tuple[list, list, list[str]]:
+    """Train a few steps from a scale the first steps overflow at (2**20 in saturation mode:
+    still-scaled gradients pass 65504 while staying finite; 2**127 in inf_nan mode, where they
+    pass float32's largest value); the gradients after each unscale, the decisions, the op
+    events."""
     model = _model(dtype, sparse)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    scaler = GradScaler("cpu", init_scale=2.0**20, overflow_mode="saturation")
+    # inf_nan: a loss weighted up so that gradients times 2**127 pass float32's range
+    init, weight = (2.0**20, 1.0) if mode == "saturation" else (2.0**127, 1e3)
+    scaler = GradScaler("cpu", init_scale=init, overflow_mode=mode)
     generator = torch.Generator().manual_seed(5)
     grads, decisions, events = [], [], []
     for _ in range(12):
@@ -194,7 +209,7 @@ def _steps(dtype, sparse, use_fused, pure) -> tuple[list, list, list[str]]:
         else:
             x = torch.randn(16, 8, generator=generator, dtype=dtype)
         optimizer.zero_grad()
-        scaler.scale(model(x).float().pow(2).mean()).backward()
+        scaler.scale(model(x).float().pow(2).mean() * weight).backward()
         if use_fused:
             with profile() as prof:
                 scaler.unscale_(optimizer)
@@ -219,6 +234,27 @@ def test_scaler_uses_the_op_and_decides_as_the_pure_path(op, pure, dtype):
     for fused, reference in zip(fused_grads, pure_grads):
         _assert_same_values(fused, reference)
     assert OP_EVENT in events and "aten::amax" not in events
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_inf_nan_scaler_uses_the_op_and_decides_as_torchs_kernel(op, pure, dtype):
+    fused_grads, fused_decisions, events = _steps(dtype, False, True, pure, "inf_nan")
+    stock_grads, stock_decisions, _ = _steps(dtype, False, False, pure, "inf_nan")
+    assert fused_decisions == stock_decisions
+    applied = [applied for applied, _ in fused_decisions]
+    assert not all(applied) and any(applied)  # both kinds of step were taken
+    for fused, reference in zip(fused_grads, stock_grads):
+        _assert_same_values(fused, reference)
+    assert OP_EVENT in events and STOCK_EVENT not in events
+
+
+def test_inf_nan_sparse_gradients_keep_torchs_kernel(op, pure):
+    fused_grads, fused_decisions, events = _steps(torch.float32, True, True, pure, "inf_nan")
+    stock_grads, stock_decisions, _ = _steps(torch.float32, True, False, pure, "inf_nan")
+    assert fused_decisions == stock_decisions
+    for fused, reference in zip(fused_grads, stock_grads):
+        _assert_same_values(fused, reference)
+    assert OP_EVENT in events and STOCK_EVENT in events
 
 
 def test_sparse_gradients_keep_the_pure_path(op, pure):
@@ -247,8 +283,8 @@ logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 print("BUILT", kernels.built())
 model = torch.nn.Linear(4, 1, bias=False)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-scaler = GradScaler("cpu", init_scale=2.0**20, overflow_mode="saturation")
-for value in (1.0, 1e-3):  # a saturating step, then a clean one
+scaler = GradScaler("cpu", init_scale=INIT, overflow_mode=MODE)
+for value in (FIRST, 1e-3):  # an overflowing step, then a clean one
     optimizer.zero_grad()
     scaler.scale(model(torch.full((1, 4), value)).sum() + 100).backward()
     scaler.unscale_(optimizer)
@@ -261,21 +297,30 @@ print("REASON", kernels.unavailable_reason(), "BUILT", kernels.built())
 """
 
 
-def _run(tmp_path, **env_changes: str) -> subprocess.CompletedProcess:
+# mode: (initial scale, first input, what the first step's unscaled gradient reads): the first
+# step overflows, by saturation (2**20 / 2**20) or by reaching inf (4 * 2**127).
+RUNS = {
+    "saturation": ("2.0**20", "1.0", "GRAD 1.0 FOUND 1.0"),
+    "inf_nan": ("2.0**127", "4.0", "GRAD inf FOUND 1.0"),
+}
+
+
+def _run(tmp_path, mode: str = "saturation", **env_changes: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, NPU_LOSSSCALE_CACHE=str(tmp_path / "cache"), **env_changes)
     if kernels.DISABLE_ENV not in env_changes:
         env.pop(kernels.DISABLE_ENV, None)
+    init, first, first_line = RUNS[mode]
+    script = textwrap.dedent(SCRIPT).replace("INIT", init).replace("MODE", repr(mode))
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SCRIPT)],
+        [sys.executable, "-c", script.replace("FIRST", first)],
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    # Either path: the first step saturates (flag set; 2**20 / 2**20), the second, at half the
-    # scale, is clean.
-    assert "GRAD 1.0 FOUND 1.0" in done.stdout and "GRAD 0.001" in done.stdout, done.stdout
+    # Either path: the first step overflows, the second, at half the scale, is clean.
+    assert first_line in done.stdout and "GRAD 0.001" in done.stdout, done.stdout
     assert "FOUND 0.0" in done.stdout
     return done
 
@@ -283,7 +328,7 @@ def _run(tmp_path, **env_changes: str) -> subprocess.CompletedProcess:
 def test_first_use_builds_once_into_the_cache_and_later_processes_reuse_it(tmp_path):
     first = _run(tmp_path)
     assert "BUILT False" in first.stdout and "REASON None BUILT True" in first.stdout
-    assert first.stderr.count("compiling the fused CPU saturation check") == 1, first.stderr
+    assert first.stderr.count("compiling the fused CPU check for torch") == 1, first.stderr
     assert list((tmp_path / "cache").glob("*/" + kernels.LIBRARY))
     second = _run(tmp_path)
     assert "BUILT True" in second.stdout and "compiling" not in second.stderr
@@ -295,6 +340,14 @@ def test_build_failure_warns_once_and_falls_back(tmp_path):
     warnings = [line for line in done.stderr.splitlines() if line.startswith("WARNING")]
     assert len(warnings) == 1, done.stderr
     assert "pure-torch" in warnings[0] and "no-such-compiler" in warnings[0]
+    assert "REASON no C++ compiler" in done.stdout
+
+
+def test_build_failure_in_inf_nan_mode_falls_back_to_torchs_kernel_quietly(tmp_path):
+    done = _run(tmp_path, "inf_nan", CXX=str(tmp_path / "no-such-compiler"))
+    assert "WARNING" not in done.stderr, done.stderr
+    infos = [line for line in done.stderr.splitlines() if "check-and-unscale not used" in line]
+    assert len(infos) == 1 and infos[0].startswith("INFO") and "inf/NaN kernel" in infos[0]
     assert "REASON no C++ compiler" in done.stdout
 
 

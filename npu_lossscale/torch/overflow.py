@@ -2,25 +2,26 @@
 
 Both modes decide exactly what the TF front-ends decide:
 
-- INF_NAN (IEEE hardware; Atlas A2/A3 by default): any inf or NaN in a gradient. Checked and
-  unscaled in one pass by the kernel stock `torch.amp.GradScaler` uses,
-  `torch._amp_foreach_non_finite_check_and_unscale_`, so this mode costs what stock costs.
+- INF_NAN (IEEE hardware; Atlas A2/A3 by default): any inf or NaN in a gradient.
 - SATURATION (first-generation Atlas training chips): an overflowing result is clamped to
   +-65504 instead of becoming inf, so an inf check misses it. Off the chip, an element whose
   *scaled* magnitude reaches 65504 counts as overflowed, and so does inf/NaN. On an Ascend host
   the chip's float status decides instead.
 
-Torch has no op for the saturation check, and none of its own gives it in one pass on the CPU
-(`torch._foreach_norm(grads, inf)`, `torch.linalg.vector_norm(g, inf)` and `torch.aminmax` are 6
-to 60 times slower than `amax` plus `amin`; a cheaper bound, the sum of squares, almost never
-clears still-scaled gradients). So dense CPU gradients go through our own fused op
-(npu_lossscale.torch.kernels, built with g++ on first use): one read per element, tested
-against 65504 while still scaled, multiplied and written back, as fast as stock's INF_NAN pass.
-Where that op is not built, or for other gradients (on another device, from a sparse gradient,
-float64), the pure-torch path reads them three times: the extremes of each still-scaled gradient
-(`amax`/`amin`, which propagate NaN) are compared with 65504, then `torch._foreach_mul_`
-unscales. Both paths give the same decision and bitwise the same unscaled gradients (a NaN
-stays NaN; its payload is unspecified, as in torch's own kernels).
+Dense CPU gradients go through our own fused op (npu_lossscale.torch.kernels, built with g++ on
+first use) in both modes: one read per element, tested against the mode's limit while still
+scaled, multiplied and written back. Torch has no op for the saturation check, and none of its
+own gives it in one pass on the CPU (`torch._foreach_norm(grads, inf)`,
+`torch.linalg.vector_norm(g, inf)` and `torch.aminmax` are 6 to 60 times slower than `amax` plus
+`amin`; a cheaper bound, the sum of squares, almost never clears still-scaled gradients); for
+INF_NAN it has the kernel stock `torch.amp.GradScaler` uses,
+`torch._amp_foreach_non_finite_check_and_unscale_`, which takes about twice as long on the CPU.
+Where the op is not built, or for other gradients (on another device, from a sparse gradient,
+float64), INF_NAN runs that kernel of torch's, and saturation the pure-torch path, which reads
+them three times: the extremes of each still-scaled gradient (`amax`/`amin`, which propagate NaN)
+are compared with 65504, then `torch._foreach_mul_` unscales. All paths give the same decision
+and bitwise the same unscaled gradients (a NaN stays NaN; its payload is unspecified, as in
+torch's own kernels).
 """
 
 from __future__ import annotations
@@ -116,30 +117,41 @@ def check_and_unscale_(
         if chip_status is not None:
             found.add_(chip_status(device))
         for (_, sparse), grads in per_kind.items():
+            saturation = mode is OverflowMode.SATURATION
             if chip_status is not None:
                 torch._foreach_mul_(grads, inv)
-            elif mode is OverflowMode.INF_NAN:
-                torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
-            elif not _fused_saturation_(grads, found, inv, device, sparse):
-                beyond = _beyond(grads, FP16_SATURATION_VALUE)
-                if beyond is not None:
-                    found.add_(beyond)
-                torch._foreach_mul_(grads, inv)
+            elif not _fused_(grads, found, inv, device, sparse, saturation):
+                _unfused_(grads, found, inv, saturation)
 
 
-def _fused_saturation_(
+def _unfused_(
+    grads: list[torch.Tensor], found: torch.Tensor, inv: torch.Tensor, saturation: bool
+) -> None:
+    """Torch's own inf/NaN kernel, or (saturation) the extremes compared with 65504 and then a
+    multiply: for gradients the fused op does not take, and where it is not built."""
+    if not saturation:
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+        return
+    beyond = _beyond(grads, FP16_SATURATION_VALUE)
+    if beyond is not None:
+        found.add_(beyond)
+    torch._foreach_mul_(grads, inv)
+
+
+def _fused_(
     grads: list[torch.Tensor],
     found: torch.Tensor,
     inv: torch.Tensor,
     device: torch.device,
     sparse: bool,
+    saturation: bool,
 ) -> bool:
-    """Saturation check and unscale in one pass by the fused CPU op, where it is built and takes
-    these gradients (dense, on the CPU, float32/float16/bfloat16); False, nothing done, if not."""
+    """Check and unscale in one pass by the fused CPU op, where it is built and takes these
+    gradients (dense, on the CPU, float32/float16/bfloat16); False, nothing done, if not."""
     if device.type != "cpu" or sparse:
         return False
-    op = kernels.saturation_op()
-    return op is not None and op(grads, found, inv)
+    op = kernels.fused_op(saturation=saturation)
+    return op is not None and op(grads, found, inv, saturation)
 
 
 def check_only(groups: GradGroups, mode: OverflowMode, device: torch.device) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """Build and load the PyTorch front-end's fused CPU op on first use, or say why it is not used.
 
-One op, ``torch.ops.npu_lossscale.saturation_check_and_unscale_`` (saturation_unscale.cc): the
-saturation-mode overflow check and the unscale of a list of CPU gradients in one pass, where the
-pure-torch path reads them three times (overflow.py).
+One op, ``torch.ops.npu_lossscale.check_and_unscale_`` (check_unscale.cc): the overflow check of
+either mode and the unscale of a list of CPU gradients in one pass, where the pure-torch path
+reads them three times in saturation mode, and in about half the time torch's own inf/NaN
+check-and-unscale kernel takes on the CPU (overflow.py).
 
 Why built here rather than shipped: a torch C++ op must be compiled against the torch it is
 loaded into (its headers and C++ ABI), so it is compiled once per (source, torch, compiler
@@ -31,44 +32,52 @@ logger = logging.getLogger("npu_lossscale")
 
 DISABLE_ENV = _build_cache.DISABLE_ENV
 CACHE_ENV = _build_cache.CACHE_ENV
-SOURCE = Path(__file__).with_name("saturation_unscale.cc")
+SOURCE = Path(__file__).with_name("check_unscale.cc")
 LIBRARY = "npu_lossscale_torch_ops.so"
 
 _lock = threading.Lock()
-# "op": the loaded op or None, once tried in this process; "reason": why it is None.
+# "op": the loaded op or None, once tried in this process; "reason": why it is None; "told": the
+# level at which that was logged.
 _state: dict[str, object] = {}
 
 
-def saturation_op() -> torch._ops.OpOverload | None:
-    """``op(grads, found_inf, inv_scale) -> bool``, building it the first time; None (after one
-    warning) where it cannot be built or loaded, or when ``NPU_LOSSSCALE_FUSED=0``.
+def fused_op(*, saturation: bool) -> torch._ops.OpOverload | None:
+    """``op(grads, found_inf, inv_scale, saturation) -> bool``, building it the first time; None
+    where it cannot be built or loaded, or when ``NPU_LOSSSCALE_FUSED=0``.
 
     The op takes CPU float32, float16 and bfloat16 tensors that each fill one dense block, a
     float32 ``found_inf`` and ``inv_scale`` of one element on the CPU. It returns False, touching
     nothing, when any argument is not such a tensor; otherwise it sets ``found_inf`` to 1 if some
-    still-scaled element is NaN or has magnitude >= 65504, multiplies every gradient by
-    ``inv_scale`` in place, and returns True.
+    still-scaled element is NaN or infinite (or, with ``saturation``, has magnitude >= 65504),
+    multiplies every gradient by ``inv_scale`` in place, and returns True.
+
+    An op that cannot be loaded is said once: as a warning when saturation mode asks (its
+    fallback reads the gradients three times), at INFO level when inf_nan mode does (its fallback
+    is stock torch's own kernel, what the user had before).
     """
     if not _build_cache.enabled():
         return None
     with _lock:
         if "op" not in _state:
-            op, reason = _load()
-            _state["op"], _state["reason"] = op, reason
-            if op is None:
-                logger.warning(
-                    "npu_lossscale: fused CPU saturation check not used, pure-torch check "
-                    "instead (%s)",
-                    reason,
-                )
-        return _state["op"]  # type: ignore[return-value]
+            _state["op"], _state["reason"] = _load()
+        op = _state["op"]
+        level = logging.WARNING if saturation else logging.INFO
+        if op is None and _state.get("told", logging.NOTSET) < level:
+            _state["told"] = level
+            logger.log(
+                level,
+                "npu_lossscale: fused CPU check-and-unscale not used, %s instead (%s)",
+                "pure-torch saturation check" if saturation else "torch's inf/NaN kernel",
+                _state["reason"],
+            )
+        return op  # type: ignore[return-value]
 
 
 def built() -> bool:
     """Whether using the op now is quick: loaded already, cached, disabled or unbuildable here.
 
-    False means the next saturation-mode check on the CPU compiles it (several seconds), so a
-    script can say so before it waits.
+    False means the next check of CPU gradients compiles it (several seconds), so a script can
+    say so before it waits.
     """
     if "op" in _state or not _build_cache.enabled() or _unusable_reason() is not None:
         return True
@@ -93,9 +102,9 @@ def _load() -> tuple[torch._ops.OpOverload | None, str | None]:
         return None, reason
     try:
         library = _cache_dir() / LIBRARY
-        _build_cache.build(library, _build_command, "the fused CPU saturation check for torch")
+        _build_cache.build(library, _build_command, "the fused CPU check for torch")
         torch.ops.load_library(str(library))
-        return torch.ops.npu_lossscale.saturation_check_and_unscale_.default, None
+        return torch.ops.npu_lossscale.check_and_unscale_.default, None
     except Exception as error:  # any build or load failure means "use the pure-torch path"
         return None, f"{type(error).__name__}: {_build_cache.first_line(str(error))}"
 
