@@ -291,6 +291,35 @@ def test_build_failure_warns_once_and_falls_back(tmp_path):
     assert "NPU_LOSSSCALE_FUSED=0" in register[0]
 
 
+def test_an_ascend_host_says_so_at_info_level_not_as_a_warning(tmp_path):
+    # An importable package named npu_device is what marks an Ascend host here (the graph goes to
+    # the NPU, which cannot run a custom CPU op): the pure-TF path, and no warning about it.
+    (tmp_path / "npu_device").mkdir()
+    (tmp_path / "npu_device" / "__init__.py").write_text("")
+    script = textwrap.dedent(
+        """
+        import logging
+        import tensorflow as tf
+        from npu_lossscale.tf import kernels, overflow
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+        out, status = overflow.unscale_with_status([tf.constant([2.0, 70000.0])], 2.0,
+                                                   "saturation")
+        print("RESULT", out[0].numpy().tolist(), float(status))
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    env.pop(kernels.DISABLE_ENV, None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "fused CPU ops" in line]
+    assert len(lines) == 1 and lines[0].startswith("INFO"), done.stderr
+    assert "Ascend adapter is installed" in lines[0]
+    assert "RESULT [1.0, 35000.0] 1.0" in done.stdout
+
+
 RESUME = """
 import sys
 import numpy as np

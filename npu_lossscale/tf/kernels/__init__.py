@@ -55,13 +55,16 @@ def fused_ops() -> ModuleType | None:
         return None
     with _lock:
         if "module" not in _state:
-            reason = _unusable_reason()
+            elsewhere = _elsewhere_reason()
+            reason = elsewhere or _compiler_reason()
             module = None
             if reason is None:
                 module, reason = _library_locked()
             if module is None:
                 _state["reason"] = reason
-                logger.warning(
+                # Where an NPU or GPU runs the graph the op was never meant to: no warning.
+                logger.log(
+                    logging.INFO if elsewhere else logging.WARNING,
                     "npu_lossscale: fused CPU ops not used, pure-TF check and update instead (%s)",
                     reason,
                 )
@@ -118,12 +121,21 @@ def in_xla_context() -> bool:
 
 
 def _unusable_reason() -> str | None:
-    # On an Ascend host the graph is compiled for the NPU, which knows no custom CPU op; on a GPU
-    # build the op would pull every gradient back to the host.
+    return _elsewhere_reason() or _compiler_reason()
+
+
+def _elsewhere_reason() -> str | None:
+    """Why the graph runs somewhere the op cannot go, if it does: on an Ascend host the graph is
+    compiled for the NPU, which knows no custom CPU op; on a GPU build the op would pull every
+    gradient back to the host."""
     if any(importlib.util.find_spec(name) for name in ("npu_bridge", "npu_device")):
         return "an Ascend adapter is installed (the graph runs on the NPU)"
     if tf.config.list_physical_devices("GPU"):
         return "GPUs are visible (the op is CPU-only)"
+    return None
+
+
+def _compiler_reason() -> str | None:
     if shutil.which(_build_cache.compiler()) is None:
         return f"no C++ compiler {_build_cache.compiler()!r} on PATH"
     return None
