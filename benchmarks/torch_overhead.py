@@ -191,7 +191,7 @@ def _ratio_with_interval(
 
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=200, help="interleaved rounds")
+    parser.add_argument("--rounds", type=int, default=600, help="interleaved rounds")
     parser.add_argument("--steps", type=int, default=2, help="steps per variant per round")
     parser.add_argument("--width", type=int, default=1024, help="units per hidden layer")
     parser.add_argument("--depth", type=int, default=3, help="hidden layers")

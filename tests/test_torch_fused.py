@@ -355,3 +355,27 @@ def test_switched_off_builds_nothing_and_says_nothing(tmp_path):
     done = _run(tmp_path, **{kernels.DISABLE_ENV: "0"})
     assert "WARNING" not in done.stderr and "compiling" not in done.stderr
     assert "REASON None" in done.stdout and not (tmp_path / "cache").exists()
+
+
+def test_a_scaler_looks_the_op_up_once_and_keeps_it(op, monkeypatch):
+    """The switch is read when a scaler first unscales CPU gradients (reading the environment
+    after every backward pass cost more than the op): set before that, it holds for the scaler's
+    life; later scalers read it again."""
+
+    def unscale_events(scaler: GradScaler) -> list[str]:
+        model = _model(torch.float32)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler.scale(model(torch.ones(4, 8)).sum()).backward()
+        with profile() as prof:
+            scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+        return [event.name for event in prof.events()]
+
+    first = GradScaler("cpu", overflow_mode="inf_nan")
+    assert OP_EVENT in unscale_events(first)
+    monkeypatch.setenv(kernels.DISABLE_ENV, "0")
+    assert OP_EVENT in unscale_events(first)
+    later = GradScaler("cpu", overflow_mode="inf_nan")
+    events = unscale_events(later)
+    assert OP_EVENT not in events and STOCK_EVENT in events

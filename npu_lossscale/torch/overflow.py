@@ -102,25 +102,52 @@ def _beyond(grads: list[torch.Tensor], threshold: float) -> torch.Tensor | None:
     return torch.logical_not(torch.stack(extremes).abs() < threshold).any()
 
 
+class FusedOp:
+    """The fused CPU op as one scaler calls it: looked up on the first CPU gradients it gets, then
+    kept. The lookup reads ``NPU_LOSSSCALE_FUSED`` from the environment, which right after the
+    backward pass has flushed the caches costs more than the op itself; a scaler is built on one
+    side of that switch and stays there. A pickled scaler looks it up again."""
+
+    def __init__(self, mode: OverflowMode) -> None:
+        self.saturation = mode is OverflowMode.SATURATION
+        self._resolved = False
+        self._op: torch._ops.OpOverload | None = None
+
+    def __call__(self, grads: list[torch.Tensor], found: torch.Tensor, inv: torch.Tensor) -> bool:
+        """Check and unscale ``grads`` in one pass; False, nothing done, where the op is not
+        built or does not take them (another dtype, not one dense block)."""
+        if not self._resolved:
+            self._op = kernels.fused_op(saturation=self.saturation)
+            self._resolved = True
+        return self._op is not None and self._op(grads, found, inv, self.saturation)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"saturation": self.saturation, "_resolved": False, "_op": None}
+
+
 def check_and_unscale_(
     groups: GradGroups,
     mode: OverflowMode,
     found_inf: Callable[[torch.device], torch.Tensor],
     inv_scale: Callable[[torch.device], torch.Tensor],
     chip_status: Callable[[torch.device], torch.Tensor] | None = None,
+    fused: FusedOp | None = None,
 ) -> None:
     """Make ``found_inf(device)`` nonzero where the device's gradients overflowed (it is never
     reset here) and multiply them by ``inv_scale(device)`` in place. ``chip_status`` (saturation
-    mode on an Ascend host) replaces the element check by the device's float status."""
+    mode on an Ascend host) replaces the element check by the device's float status; ``fused``
+    takes dense CPU gradients where it can."""
+    saturation = mode is OverflowMode.SATURATION
     for device, per_kind in groups.items():
         found, inv = found_inf(device), inv_scale(device)
         if chip_status is not None:
             found.add_(chip_status(device))
         for (_, sparse), grads in per_kind.items():
-            saturation = mode is OverflowMode.SATURATION
             if chip_status is not None:
                 torch._foreach_mul_(grads, inv)
-            elif not _fused_(grads, found, inv, device, sparse, saturation):
+                continue
+            cpu_dense = device.type == "cpu" and not sparse
+            if not (fused is not None and cpu_dense and fused(grads, found, inv)):
                 _unfused_(grads, found, inv, saturation)
 
 
@@ -136,22 +163,6 @@ def _unfused_(
     if beyond is not None:
         found.add_(beyond)
     torch._foreach_mul_(grads, inv)
-
-
-def _fused_(
-    grads: list[torch.Tensor],
-    found: torch.Tensor,
-    inv: torch.Tensor,
-    device: torch.device,
-    sparse: bool,
-    saturation: bool,
-) -> bool:
-    """Check and unscale in one pass by the fused CPU op, where it is built and takes these
-    gradients (dense, on the CPU, float32/float16/bfloat16); False, nothing done, if not."""
-    if device.type != "cpu" or sparse:
-        return False
-    op = kernels.fused_op(saturation=saturation)
-    return op is not None and op(grads, found, inv, saturation)
 
 
 def check_only(groups: GradGroups, mode: OverflowMode, device: torch.device) -> torch.Tensor:

@@ -196,6 +196,7 @@ class GradScaler(torch.amp.GradScaler):
             and self.overflow_mode is OverflowMode.SATURATION
             and ascend.torch_npu() is not None
         )
+        self._fused = overflow.FusedOp(self.overflow_mode)
         self._last_step_applied: bool | None = None
         self._previous: list[weakref.ref] = []  # optimizers stepped in the previous update
         self._begin_update()
@@ -341,6 +342,7 @@ class GradScaler(torch.amp.GradScaler):
                 found.get,
                 inverse.get,
                 ascend.float_status if self._chip_status else None,
+                self._fused,
             )
         return found.tensors
 
