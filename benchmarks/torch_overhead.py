@@ -140,6 +140,7 @@ class Loop:
         scaled = scaler.scale(loss)
         scaling = time.perf_counter() - started
         scaled.backward()
+        self._optimizer_seconds = 0.0  # stays 0 when the step is skipped
         started = time.perf_counter()
         scaler.step(self.optimizer)
         stepped = time.perf_counter()

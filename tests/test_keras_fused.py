@@ -10,6 +10,10 @@ an overflow in the middle must leave identical weights, slots, scale and skip co
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -172,3 +176,51 @@ def test_model_fit_leaves_identical_state_either_way(monkeypatch, mode, kwargs) 
     assert len(fused[0]) == len(pure[0])
     for got, want in zip(fused[0], pure[0]):
         np.testing.assert_array_equal(got, want)
+
+
+def test_empty_apply_is_a_no_op_and_a_short_variable_list_is_keras_error() -> None:
+    a, b = keras.Variable(np.ones(2, "float32")), keras.Variable(np.ones(2, "float32"))
+    opt = LossScaleOptimizer(keras.optimizers.SGD(1.0), 4.0, 1000)
+    opt.build([a, b])
+    opt.apply([], [])
+    assert int(opt.iterations) == 0 and a.numpy().tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="gradients must match"):
+        opt.apply([tf.ones(2)])  # one gradient for the optimizer's two variables
+
+
+def test_float64_gradients_are_divided_at_their_own_precision() -> None:
+    # 1000 is not a power of two: a float32 reciprocal would leave 1.0000000474974513.
+    weight = keras.Variable(np.zeros(1, "float64"), dtype="float64")
+    opt = LossScaleOptimizer(keras.optimizers.SGD(1.0), 1000.0, dynamic=False)
+    opt.build([weight])
+    opt.apply([tf.constant([-1000.0], tf.float64)], [weight])
+    assert weight.numpy().tolist() == [1.0]
+
+
+KERAS_NO_COMPILER = """
+import logging, numpy as np, keras
+from npu_lossscale.keras import LossScaleOptimizer
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+model.compile(optimizer=LossScaleOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
+model.fit(np.ones((8, 3), "float32"), np.ones((8, 1), "float32"), verbose=0)
+print("FITTED")
+"""
+
+
+def test_without_a_compiler_keras_says_so_at_info_level(tmp_path) -> None:
+    # Keras's own check is the fallback here: nothing to warn a Keras user about.
+    env = dict(os.environ, CXX=str(tmp_path / "no-such-compiler"), TF_CPP_MIN_LOG_LEVEL="3")
+    env["NPU_LOSSSCALE_CACHE"] = str(tmp_path / "cache")
+    env.pop(_build_cache.DISABLE_ENV, None)
+    done = subprocess.run(
+        [sys.executable, "-c", KERAS_NO_COMPILER],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "FITTED" in done.stdout, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if "fused CPU ops" in line]
+    assert len(lines) == 1 and lines[0].startswith("INFO"), done.stderr[-3000:]
+    assert "no-such-compiler" in lines[0]

@@ -819,3 +819,29 @@ def test_a_cuda_scaler_without_cuda_says_it_is_disabled_and_what_to_pass() -> No
         scaler = GradScaler("cuda")
     assert any("device='npu' or leave the default" in str(w.message) for w in caught)
     assert scaler.is_enabled() is False
+
+
+def test_a_scaler_pickled_before_the_per_scaler_op_lookup_still_steps() -> None:
+    # Such a pickle's state has no _fused (what the op lookup is kept in since); it is added.
+    scaler = GradScaler("cpu", 1024.0)
+    _drive(scaler, [True])
+    state = scaler.__getstate__()
+    del state["_fused"]
+    resumed = pickle.loads(pickle.dumps(scaler))
+    resumed.__dict__.clear()
+    resumed.__setstate__(state)
+    later = [True, False, True]
+    assert _drive(resumed, later) == _drive(scaler, later)
+
+
+def test_overflow_mode_set_after_construction_decides_every_gradient() -> None:
+    weight = torch.nn.Parameter(torch.zeros(3))
+    optimizer = torch.optim.SGD([weight], 0.1)
+    scaler = GradScaler("cpu", 1.0, overflow_mode="inf_nan")
+    for mode, skipped in ((OverflowMode.INF_NAN, 0), (OverflowMode.SATURATION, 1)):
+        scaler.overflow_mode = mode
+        optimizer.zero_grad()
+        scaler.scale((weight * 70000.0).sum()).backward()  # finite, past 65504
+        scaler.step(optimizer)
+        scaler.update()
+        assert scaler.skipped_steps == skipped, mode

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -379,3 +380,39 @@ def test_a_scaler_looks_the_op_up_once_and_keeps_it(op, monkeypatch):
     later = GradScaler("cpu", overflow_mode="inf_nan")
     events = unscale_events(later)
     assert OP_EVENT not in events and STOCK_EVENT in events
+
+
+DTENSOR_SCRIPT = """
+import os, sys, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
+from torch.distributed.tensor import DeviceMesh, Shard, distribute_tensor
+from npu_lossscale.torch import GradScaler
+mesh = DeviceMesh("cpu", [0])
+for value in (1.0, float("inf")):
+    weight = torch.nn.Parameter(distribute_tensor(torch.ones(8), mesh, [Shard(0)]))
+    optimizer = torch.optim.SGD([weight], 0.1)
+    scaler = GradScaler("cpu", overflow_mode="inf_nan")
+    scaler.scale((weight * weight * value).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    print("STEP", value, weight.full_tensor()[0].item(), scaler.skipped_steps)
+dist.destroy_process_group()
+"""
+
+
+def test_dtensor_gradients_keep_torchs_kernel(op):
+    """FSDP2 / tensor parallel gradients are DTensors, which would route the op to DTensor's own
+    dispatch and fail there: the op declines them and torch's kernel (which DTensor supports)
+    checks and unscales them, as before the op served inf_nan mode."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-c", DTENSOR_SCRIPT, str(port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "STEP 1.0 0.800000011920929 0" in done.stdout, done.stdout
+    assert "STEP inf 1.0 1" in done.stdout, done.stdout

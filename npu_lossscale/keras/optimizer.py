@@ -345,7 +345,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             # They carry a saturated element as inf (see get_unscaled_gradients).
             finite = local_finite(grads, OverflowMode.INF_NAN)
         else:
-            targets = trainable_variables or self._trainable_variables
+            targets = (
+                self._trainable_variables if trainable_variables is None else trainable_variables
+            )
             divide = [not self._overwrite_variable_with_gradient(v) for v in targets]
             scale = tf.convert_to_tensor(self.dynamic_scale.value)
             grads, finite = unscale_and_check(grads, divide, scale, self.overflow_mode)

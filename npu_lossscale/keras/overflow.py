@@ -60,16 +60,21 @@ def unscale_and_check(
     by the reciprocal of the scale; the pure path here does the same, so the two agree bit for
     bit (Keras divides, which can differ in the last bit at scales that are not powers of two).
     """
-    wanted = [bool(d) and g is not None for g, d in zip(grads, divide, strict=True)]
+    # A variable list of another length is Keras's to report, in the inner apply.
+    divide = [*divide, *[True] * (len(grads) - len(divide))]
+    wanted = [bool(d) and g is not None for g, d in zip(grads, divide)]
     fusable = [
         w and isinstance(g, tf.Tensor) and g.dtype == tf.float32 for g, w in zip(grads, wanted)
     ]
-    ops = kernels.fused_ops() if any(fusable) and not kernels.in_xla_context() else None
+    # Without the op the pure path costs what Keras's own check does: nothing to warn about.
+    ops = kernels.fused_ops(warn=False) if any(fusable) and not kernels.in_xla_context() else None
     reciprocal = tf.math.reciprocal(tf.cast(scale, tf.float32))
 
     def multiply(values: tf.Tensor) -> tf.Tensor:
-        if values.dtype in (tf.float32, tf.float64):
-            return values * tf.cast(reciprocal, values.dtype)
+        if values.dtype == tf.float32:
+            return values * reciprocal
+        if values.dtype == tf.float64:  # the op never takes these: divided at their precision
+            return values / tf.cast(scale, tf.float64)
         return tf.cast(tf.cast(values, tf.float32) * reciprocal, values.dtype)
 
     result: list[Any] = []

@@ -108,21 +108,25 @@ class FusedOp:
     backward pass has flushed the caches costs more than the op itself; a scaler is built on one
     side of that switch and stays there. A pickled scaler looks it up again."""
 
-    def __init__(self, mode: OverflowMode) -> None:
-        self.saturation = mode is OverflowMode.SATURATION
+    def __init__(self) -> None:
         self._resolved = False
         self._op: torch._ops.OpOverload | None = None
 
-    def __call__(self, grads: list[torch.Tensor], found: torch.Tensor, inv: torch.Tensor) -> bool:
+    def __call__(
+        self, grads: list[torch.Tensor], found: torch.Tensor, inv: torch.Tensor, saturation: bool
+    ) -> bool:
         """Check and unscale ``grads`` in one pass; False, nothing done, where the op is not
-        built or does not take them (another dtype, not one dense block)."""
+        built or does not take them (another dtype, not one dense block, a tensor subclass such
+        as FSDP2's DTensor, which would route the op to its own dispatch and refuse it)."""
+        if any(type(grad) is not torch.Tensor for grad in grads):
+            return False
         if not self._resolved:
-            self._op = kernels.fused_op(saturation=self.saturation)
+            self._op = kernels.fused_op(saturation=saturation)
             self._resolved = True
-        return self._op is not None and self._op(grads, found, inv, self.saturation)
+        return self._op is not None and self._op(grads, found, inv, saturation)
 
     def __getstate__(self) -> dict[str, object]:
-        return {"saturation": self.saturation, "_resolved": False, "_op": None}
+        return {"_resolved": False, "_op": None}
 
 
 def check_and_unscale_(
@@ -147,7 +151,7 @@ def check_and_unscale_(
                 torch._foreach_mul_(grads, inv)
                 continue
             cpu_dense = device.type == "cpu" and not sparse
-            if not (fused is not None and cpu_dense and fused(grads, found, inv)):
+            if not (fused is not None and cpu_dense and fused(grads, found, inv, saturation)):
                 _unfused_(grads, found, inv, saturation)
 
 

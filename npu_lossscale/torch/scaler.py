@@ -196,7 +196,7 @@ class GradScaler(torch.amp.GradScaler):
             and self.overflow_mode is OverflowMode.SATURATION
             and ascend.torch_npu() is not None
         )
-        self._fused = overflow.FusedOp(self.overflow_mode)
+        self._fused = overflow.FusedOp()
         self._last_step_applied: bool | None = None
         self._previous: list[weakref.ref] = []  # optimizers stepped in the previous update
         self._begin_update()
@@ -634,6 +634,10 @@ class GradScaler(torch.amp.GradScaler):
             skipped=int(state_dict.get("_skipped_steps", self._state.skipped)),
             skips_at_floor=int(state_dict.get("_skips_at_floor", self._state.skips_at_floor)),
         )
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Scalers pickled before the fused op was looked up per scaler have no _fused.
+        self.__dict__.update({"_fused": overflow.FusedOp(), **state})
 
     def __getstate__(self) -> dict[str, Any]:
         if self._enabled and len(self._per_optimizer_states) != 0:

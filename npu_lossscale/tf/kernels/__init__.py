@@ -42,15 +42,22 @@ SOURCES = tuple(Path(__file__).with_name(n) for n in ("unscale_check.cc", "loss_
 
 _lock = threading.Lock()
 # "library": (module, None) or (None, why) once built or tried; "module": what fused_ops hands
-# out, once decided; "reason": why that is None.
+# out, once decided; "reason": why that is None; "elsewhere": whether because an NPU or GPU runs
+# the graph; "told": the level that was logged at.
 _state: dict[str, object] = {}
 
 
 # Called while a tf.function is traced; AutoGraph would otherwise try to convert the loader and
 # the os/importlib helpers it calls, and warn once per helper that it cannot.
 @tf.autograph.experimental.do_not_convert
-def fused_ops() -> ModuleType | None:
-    """The loaded op module, building it the first time; None (after one warning) if unusable."""
+def fused_ops(*, warn: bool = True) -> ModuleType | None:
+    """The loaded op module, building it the first time; None if unusable, said once.
+
+    Where an NPU or GPU runs the graph the op was never meant to run: that is an INFO line. A
+    missing compiler or a failed build is a warning when ``warn`` (the TF1 optimizer, whose
+    fallback reads every gradient twice), an INFO line otherwise (the Keras optimizer, whose
+    fallback is Keras's own check); a later warning caller still gets its warning.
+    """
     if not _build_cache.enabled():
         return None
     with _lock:
@@ -60,16 +67,17 @@ def fused_ops() -> ModuleType | None:
             module = None
             if reason is None:
                 module, reason = _library_locked()
-            if module is None:
-                _state["reason"] = reason
-                # Where an NPU or GPU runs the graph the op was never meant to: no warning.
-                logger.log(
-                    logging.INFO if elsewhere else logging.WARNING,
-                    "npu_lossscale: fused CPU ops not used, pure-TF check and update instead (%s)",
-                    reason,
-                )
-            _state["module"] = module
-        return _state["module"]  # type: ignore[return-value]
+            _state["module"], _state["reason"], _state["elsewhere"] = module, reason, elsewhere
+        module = _state["module"]
+        level = logging.WARNING if warn and not _state["elsewhere"] else logging.INFO
+        if module is None and _state.get("told", logging.NOTSET) < level:
+            _state["told"] = level
+            logger.log(
+                level,
+                "npu_lossscale: fused CPU ops not used, pure-TF check and update instead (%s)",
+                _state["reason"],
+            )
+        return module  # type: ignore[return-value]
 
 
 def register_ops() -> None:
