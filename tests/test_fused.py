@@ -253,6 +253,17 @@ def test_disable_switch_takes_the_pure_tf_path_with_the_same_results(mode, monke
                 assert_bitwise_equal(got, arrays[0] * np.float32(1 / 8.0))
 
 
+def _fresh_process(script: str, **env_changes: str) -> subprocess.CompletedProcess:
+    """Run ``script`` in a new interpreter with the fused ops switched on and ``env_changes``."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env_changes)
+    env.pop(kernels.DISABLE_ENV, None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_build_failure_warns_once_and_falls_back(tmp_path):
     # A fresh process with an unusable compiler and an empty cache: the warning names the
     # reason and the pure-TF path still gives the right answer.
@@ -273,14 +284,9 @@ def test_build_failure_warns_once_and_falls_back(tmp_path):
             print("REGISTER", error)
         """
     )
-    env = dict(os.environ, CXX=str(tmp_path / "no-such-compiler"))
-    env["NPU_LOSSSCALE_CACHE"] = str(tmp_path / "cache")
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    env.pop(kernels.DISABLE_ENV, None)
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    done = _fresh_process(
+        script, CXX=str(tmp_path / "no-such-compiler"), NPU_LOSSSCALE_CACHE=str(tmp_path / "cache")
     )
-    assert done.returncode == 0, done.stderr
     warnings = [line for line in done.stderr.splitlines() if "fused CPU ops" in line]
     assert len(warnings) == 1, done.stderr
     assert "pure-TF" in warnings[0] and "no-such-compiler" in warnings[0]
@@ -307,13 +313,7 @@ def test_an_ascend_host_says_so_at_info_level_not_as_a_warning(tmp_path):
         print("RESULT", out[0].numpy().tolist(), float(status))
         """
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    env.pop(kernels.DISABLE_ENV, None)
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
+    done = _fresh_process(script, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
     lines = [line for line in done.stderr.splitlines() if "fused CPU ops" in line]
     assert len(lines) == 1 and lines[0].startswith("INFO"), done.stderr
     assert "Ascend adapter is installed" in lines[0]
