@@ -61,6 +61,15 @@ def cache_dir(sources: Iterable[Path], identity: Iterable[str], command: Sequenc
     return Path(root) / key.hexdigest()[:20]
 
 
+def log_unused_once(state: dict[str, object], level: int, message: str, *args: object) -> None:
+    """Log why a fused op is not used, once per level: a caller whose fallback costs more asks
+    for a warning, one whose fallback costs what the user had anyway for an INFO line, and a
+    warning still comes after an INFO line. ``state["told"]`` keeps the level logged so far."""
+    if state.get("told", logging.NOTSET) < level:  # type: ignore[operator]
+        state["told"] = level
+        logger.log(level, message, *args)
+
+
 def build(library: Path, command: Callable[[Path], list[str]], label: str) -> Path:
     """Compile ``library`` with ``command(output)`` unless it exists; returns its path.
 

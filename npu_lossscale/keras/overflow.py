@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from npu_lossscale.modes import FP16_SATURATION_VALUE, OverflowMode
 from npu_lossscale.tf import distributed, kernels
-from npu_lossscale.tf.overflow import gradient_values, map_values
+from npu_lossscale.tf.overflow import fused_candidate, gradient_values, map_values
 
 
 def local_finite(grads: Sequence[Any], mode: OverflowMode) -> tf.Tensor:
@@ -63,9 +63,7 @@ def unscale_and_check(
     # A variable list of another length is Keras's to report, in the inner apply.
     divide = [*divide, *[True] * (len(grads) - len(divide))]
     wanted = [bool(d) and g is not None for g, d in zip(grads, divide)]
-    fusable = [
-        w and isinstance(g, tf.Tensor) and g.dtype == tf.float32 for g, w in zip(grads, wanted)
-    ]
+    fusable = [w and fused_candidate(g) for g, w in zip(grads, wanted)]
     # Without the op the pure path costs what Keras's own check does: nothing to warn about.
     ops = kernels.fused_ops(warn=False) if any(fusable) and not kernels.in_xla_context() else None
     reciprocal = tf.math.reciprocal(tf.cast(scale, tf.float32))

@@ -136,7 +136,8 @@ def overflow_status(
     )
 
 
-def _fused_candidate(grad: Gradient) -> bool:
+def fused_candidate(grad: Gradient) -> bool:
+    """Whether the fused op takes this gradient: a dense float32 tensor."""
     return isinstance(grad, tf.Tensor) and grad.dtype == tf.float32
 
 
@@ -160,7 +161,7 @@ def unscale_with_status(
         raise ValueError(
             "unscale_with_status needs a resolved overflow mode; got OverflowMode.AUTO"
         )
-    wanted = any(_fused_candidate(g) for g in grads) and not kernels.in_xla_context()
+    wanted = any(fused_candidate(g) for g in grads) and not kernels.in_xla_context()
     ops = kernels.fused_ops() if wanted else None
     if ops is None:
         unscaled = unscale(grads, loss_scale)
@@ -168,13 +169,13 @@ def unscale_with_status(
     scale = tf.cast(loss_scale, tf.float32)
     saturation = mode is OverflowMode.SATURATION
     # Gradients the op does not take (IndexedSlices, half precision) go the pure-TF way.
-    rest = [None if _fused_candidate(g) else g for g in grads]
+    rest = [None if fused_candidate(g) else g for g in grads]
     result = unscale(rest, scale)
     statuses = []
     if any(g is not None for g in rest):
         statuses.append(_pass_status(rest, result, mode, scale))
     for i, grad in enumerate(grads):
-        if _fused_candidate(grad):
+        if fused_candidate(grad):
             result[i], status = ops.npu_unscale_and_check(grad, scale, saturation=saturation)
             statuses.append(status)
     status = statuses[0] if len(statuses) == 1 else tf.reduce_max(tf.stack(statuses))

@@ -32,8 +32,6 @@ import tensorflow as tf
 
 from npu_lossscale import _build_cache
 
-logger = logging.getLogger("npu_lossscale")
-
 DISABLE_ENV = _build_cache.DISABLE_ENV
 CACHE_ENV = _build_cache.CACHE_ENV
 LIBRARY = "npu_lossscale_ops.so"
@@ -69,11 +67,10 @@ def fused_ops(*, warn: bool = True) -> ModuleType | None:
                 module, reason = _library_locked()
             _state["module"], _state["reason"], _state["elsewhere"] = module, reason, elsewhere
         module = _state["module"]
-        level = logging.WARNING if warn and not _state["elsewhere"] else logging.INFO
-        if module is None and _state.get("told", logging.NOTSET) < level:
-            _state["told"] = level
-            logger.log(
-                level,
+        if module is None:
+            _build_cache.log_unused_once(
+                _state,
+                logging.WARNING if warn and not _state["elsewhere"] else logging.INFO,
                 "npu_lossscale: fused CPU ops not used, pure-TF check and update instead (%s)",
                 _state["reason"],
             )

@@ -6,8 +6,8 @@
 // pure-torch path reads every gradient three times (amax, amin, then the multiply). Here each
 // element is read once, tested while still scaled, multiplied by inv_scale and written back.
 // In inf_nan mode torch has one (torch._amp_foreach_non_finite_check_and_unscale_, what stock
-// GradScaler runs), but on the CPU it takes about twice as long as this loop: the same loop
-// with inf's bit pattern as the limit answers the same question.
+// GradScaler runs); on gradients already in cache it takes twice as long as this loop, which
+// answers the same question with inf's bit pattern as the limit.
 //
 // The test is !(|g| < limit), true for |g| >= limit, +-inf and NaN, taken as an integer maximum:
 // the bit patterns of non-negative floats sort as their values, and inf (0x7f800000) and every
