@@ -3,11 +3,10 @@
     python benchmarks/view_check.py DIR [DIR...]
 
 migrator.slicing ports files past its length threshold through a view of the statements that can
-matter; tests/test_slicing.py proves that on the fixtures. This runs the same comparison with the
-threshold lowered to nothing on any tree (the real-code snapshots, a checkout), so each file that
-the byte pre-filter admits goes through its view, and prints every file where the two ports
-differ in bytes or findings. Exit status 1 if any does.
-"""
+matter; tests/migrator/test_slicing.py proves that on the fixtures. This runs the same comparison
+with the threshold lowered to nothing on any tree (the real-code snapshots, a checkout), so each
+file that the byte pre-filter admits goes through its view, and prints every file where the two
+ports differ in bytes or findings. Exit status 1 if any does."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+MIGRATOR_FIXTURES = REPO_ROOT / "tests" / "migrator" / "fixtures"
 
 
 def cli_env() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Hand-derived trajectories of the distributed scenarios in tests/workers/training.py.
+"""Hand-derived trajectories of the distributed scenarios in tests/library/tf/workers/training.py.
 
 Two replicas (devices or workers) each compute gradient w * poison of 0.5 * sum(w**2) * poison. The
 inner optimizer (plain gradient descent, lr 0.25) sums the two replicas' gradients, so a clean step

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+from cli_runner import REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "examples"
 
 
 def test_library_demo_shows_the_wrong_mode_missing_every_overflow(tmp_path):

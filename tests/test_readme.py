@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 BLOCK = re.compile(r"^( *)```python\n(.*?)^\1```", re.M | re.S)
 

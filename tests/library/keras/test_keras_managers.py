@@ -1,6 +1,6 @@
 """The TF managers as the Keras front-end and ported TF2 scripts use them: called like
 TensorFlow's LossScale objects (`loss_scaler()`), and carrying is_distributed (the multi-replica
-case runs in tests/test_keras_distributed.py)."""
+case runs in tests/library/keras/test_keras_distributed.py)."""
 
 from __future__ import annotations
 

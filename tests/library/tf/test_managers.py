@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from cli_runner import REPO_ROOT
 from update_rule_reference import ReferenceState, reference_run, reference_step
 
 from npu_lossscale.modes import OverflowMode
@@ -19,7 +19,7 @@ from npu_lossscale.tf.managers import (
 )
 from npu_lossscale.tf.optimizer import NPULossScaleOptimizer
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = REPO_ROOT / "README.md"
 
 # (init_loss_scale, hyper-parameters, probability that a step is finite)
 HYPER_SETS = {

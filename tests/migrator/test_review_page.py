@@ -19,9 +19,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from cli_runner import REPO_ROOT, run_cli
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
 
-FIXTURES = REPO_ROOT / "tests" / "fixtures" / "migrator"
+FIXTURES = MIGRATOR_FIXTURES
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT_COPY = REPO_ROOT / "build" / "review-page.png"
 BROKEN = b"import tensorflow as tf\n\ndef f(:\n    tf.contrib.mixed_precision\n"

@@ -1,7 +1,7 @@
 """npu_lossscale.keras under MirroredStrategy over two logical CPUs, one replica overflowing.
 
-The scenarios run in one subprocess (tests/workers/keras_mirrored_worker.py) because logical
-devices must be configured before TensorFlow initialises, which another test module in this
+The scenarios run in one subprocess (tests/library/keras/workers/keras_mirrored_worker.py) because
+logical devices must be configured before TensorFlow initialises, which another test module in this
 process may already have done. Every scenario runs clean, overflowed (on one replica only), clean.
 """
 

@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import MIGRATOR_FIXTURES
 
 from migrator import slicing, transform
 
 FIXTURES = sorted(
     p
-    for p in (Path(__file__).parent / "fixtures" / "migrator").rglob("*.py")
+    for p in (MIGRATOR_FIXTURES).rglob("*.py")
     if "expected" not in p.parts
 )
 

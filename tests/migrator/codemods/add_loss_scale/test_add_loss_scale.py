@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_runner import REPO_ROOT, run_cli
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures" / "migrator"
+FIXTURES = MIGRATOR_FIXTURES
 FIXTURE = FIXTURES / "add_loss_scale"
 
 

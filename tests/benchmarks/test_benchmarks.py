@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runner import REPO_ROOT
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = REPO_ROOT / "benchmarks"
 TIMEOUT_S = 300
 
 TOY_RUNS = {

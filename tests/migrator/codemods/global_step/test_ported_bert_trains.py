@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import REPO_ROOT, run_cli
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
 
-FIXTURE = Path(__file__).parent / "fixtures" / "migrator" / "bert"
+FIXTURE = MIGRATOR_FIXTURES / "bert"
 
 
 @pytest.fixture(scope="module")

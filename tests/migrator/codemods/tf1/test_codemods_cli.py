@@ -1,6 +1,6 @@
 """The loss-scale port through the real `npu-migrate` CLI, on fixture copies in tmp dirs.
 
-Expected outputs in tests/fixtures/migrator/expected/ were written by hand from the porting rules;
+Expected outputs in tests/migrator/fixtures/expected/ were written by hand from the porting rules;
 the structural checks below parse the output independently (with `ast`) so a wrong rewrite that
 happens to match a fixture byte for byte would still be caught elsewhere.
 """
@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import cli_env, run_cli
+from cli_runner import MIGRATOR_FIXTURES, cli_env, run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures" / "migrator"
+FIXTURES = MIGRATOR_FIXTURES
 CASES = sorted(p.name for p in (FIXTURES / "cases").glob("*.py"))
 UNCHANGED = sorted(p.name for p in (FIXTURES / "unchanged").glob("*.py"))
 

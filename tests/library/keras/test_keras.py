@@ -11,6 +11,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from cli_runner import REPO_ROOT
 
 from npu_lossscale.keras import LossScaleOptimizer
 from npu_lossscale.rule import DynamicRule, run
@@ -310,9 +311,8 @@ def test_the_readme_example_runs_as_written(tmp_path) -> None:
     import re
     import subprocess
     import sys
-    from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (REPO_ROOT / "README.md").read_text()
     section = readme.split("### Keras and TF2", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert "model.fit(" in code

@@ -13,14 +13,14 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_runner import MIGRATOR_FIXTURES, run_cli
 
 from migrator.files import SourceFile
 from migrator.prefilter import might_need_migration
 from migrator.runner import _migrate_all, _triage
 from migrator.transform import MigrateOptions
-from tests.cli_runner import run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures" / "migrator"
+FIXTURES = MIGRATOR_FIXTURES
 FOLDERS = sorted({p.parent for p in FIXTURES.rglob("*.py")})
 
 
@@ -80,6 +80,7 @@ def build(loss, global_step):
 # train script's optimizer comes from here, so the plan must still see its class.
 CLASS_FILE = '''"""Warm-up Adam; run with --loss_scale 128 for fp16."""
 import tensorflow as tf
+from cli_runner import MIGRATOR_FIXTURES
 
 
 class WarmupAdam(tf.train.AdamOptimizer):

@@ -1,6 +1,6 @@
 """The PyTorch port (torch's GradScaler -> npu_lossscale.torch.GradScaler) through the real CLI.
 
-Fixtures in tests/fixtures/migrator/torch/cases are training scripts in the shapes real code uses
+Fixtures in tests/migrator/fixtures/torch/cases are training scripts in the shapes real code uses
 (a plain loop, `from torch.cuda.amp import GradScaler, autocast` with positional settings,
 `torch.amp.GradScaler("cuda", ...)`, yolov5's `from torch.cuda import amp`, detectron2's trainer
 with a `grad_scaler=None` parameter, aliases, torch-npu, look-alikes, unportable uses); their
@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import cli_env, run_cli
+from cli_runner import MIGRATOR_FIXTURES, cli_env, run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures" / "migrator" / "torch"
+FIXTURES = MIGRATOR_FIXTURES / "torch"
 EXPECTED = sorted(p.name for p in (FIXTURES / "expected").glob("*.py"))
 UNCHANGED = ["not_torch.py", "on_torch_npu.py", "unportable.py", "uses_shared.py"]
 TORCH_SCALERS = ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cpu.amp.GradScaler")

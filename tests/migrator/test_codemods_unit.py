@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from cli_runner import MIGRATOR_FIXTURES
 
 from migrator.findings import SourceError
 from migrator.transform import MigrateOptions, might_need_migration, migrate_source, plan_project
 
-FIXTURES = Path(__file__).parent / "fixtures" / "migrator"
+FIXTURES = MIGRATOR_FIXTURES
 
 
 def test_prefilter_keeps_every_fixture_and_skips_plain_code() -> None:

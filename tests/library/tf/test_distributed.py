@@ -1,9 +1,9 @@
 """is_distributed=True: one skip-or-apply decision for all replicas, and clear errors without one.
 
-The MirroredStrategy scenarios run in one subprocess (tests/workers/mirrored_worker.py) because two
-logical CPU devices must be configured before TensorFlow initialises, which another test module in
-this process may already have done. Expected numbers are hand-derived in distributed_expected.py.
-"""
+The MirroredStrategy scenarios run in one subprocess (tests/library/tf/workers/mirrored_worker.py)
+because two logical CPU devices must be configured before TensorFlow initialises, which another test
+module in this process may already have done. Expected numbers are hand-derived in
+distributed_expected.py."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """npu_lossscale.torch.GradScaler over real torch.distributed jobs: two gloo processes on 127.0.0.1.
 
-Two jobs run at once (tests/torch_workers/ranks.py), each with a free port picked now, a hard
-timeout and its processes killed whatever happens: "agree" runs every agreement case in one pair
-of processes (torch is imported once per process), "die" loses rank 1 just before the all-reduce.
-In every agreement case rank 1 alone overflows on the second of three steps.
-"""
+Two jobs run at once (tests/library/torch/workers/ranks.py), each with a free port picked now, a
+hard timeout and its processes killed whatever happens: "agree" runs every agreement case in one
+pair of processes (torch is imported once per process), "die" loses rank 1 just before the all-
+reduce. In every agreement case rank 1 alone overflows on the second of three steps."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ import torch
 
 from npu_lossscale.torch import GradScaler
 
-WORKER = Path(__file__).parent / "torch_workers" / "ranks.py"
+WORKER = Path(__file__).parent / "workers" / "ranks.py"
 WORLD_SIZE = 2
 TIMEOUT_S = 120  # the jobs take seconds; this only bounds a hang
 MODES = ("inf_nan", "saturation")

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from cli_runner import MIGRATOR_FIXTURES
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from migrator.codemods.lines import LineIndex, LineProvider, count_newlines, start_line
 from migrator.codemods.parents import ParentProvider
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = MIGRATOR_FIXTURES
 
 TRICKY = {
     "crlf": (

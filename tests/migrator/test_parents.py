@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import libcst as cst
 import pytest
+from cli_runner import MIGRATOR_FIXTURES
 from libcst.metadata import MetadataWrapper, ParentNodeProvider
 
 from migrator.codemods.parents import ParentProvider
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = MIGRATOR_FIXTURES
 TRICKY = '''\
 @decorator(arg)
 class A(Base, metaclass=M):

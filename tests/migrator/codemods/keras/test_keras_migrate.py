@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import REPO_ROOT, run_cli
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures" / "migrator" / "keras"
+FIXTURES = MIGRATOR_FIXTURES / "keras"
 OURS = "npu_lossscale.keras.optimizer.LossScaleOptimizer"
 
 

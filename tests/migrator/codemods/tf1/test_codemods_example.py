@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli_runner import cli_env, run_cli
+from cli_runner import REPO_ROOT, cli_env, run_cli
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_fp16.py"
+EXAMPLE = REPO_ROOT / "examples" / "train_fp16.py"
 TRACE = re.compile(r"step\s+(\d+)\s+loss\s+(\S+)\s+loss scale\s+(\S+)\s+skipped\s+(\d+)")
 
 

@@ -1,10 +1,9 @@
 """is_distributed=True across two real processes: MultiWorkerMirroredStrategy over 127.0.0.1.
 
-The workers (tests/workers/multiworker_worker.py) train the same tiny model with an overflow
-injected on one worker only; the expected numbers are derived by hand in
-tests/distributed_expected.py. Every job runs under a hard timeout and its processes are killed in
-a finally block, whatever happens.
-"""
+The workers (tests/library/tf/workers/multiworker_worker.py) train the same tiny model with an
+overflow injected on one worker only; the expected numbers are derived by hand in
+tests/distributed_expected.py. Every job runs under a hard timeout and its processes are killed in a
+finally block, whatever happens."""
 
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli_runner import REPO_ROOT, run_cli
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures" / "migrator" / "bert"
+FIXTURES = MIGRATOR_FIXTURES / "bert"
 MOVE, MANUAL = "global-step-move", "global-step-manual"
 # An optimizer class whose apply_gradients can take the increment, for the sharing cases.
 SHARED_OPTIMIZER = (

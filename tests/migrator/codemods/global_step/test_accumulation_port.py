@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import REPO_ROOT, run_cli
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
 
-FIXTURE = Path(__file__).parent / "fixtures" / "migrator" / "bert_accum"
+FIXTURE = MIGRATOR_FIXTURES / "bert_accum"
 
 
 @pytest.fixture(scope="module")

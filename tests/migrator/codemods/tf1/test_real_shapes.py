@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import REPO_ROOT, run_cli
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures" / "migrator"
+FIXTURES = MIGRATOR_FIXTURES
 
 
 def _python(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
