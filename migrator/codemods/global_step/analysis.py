@@ -26,6 +26,7 @@ from migrator.codemods.global_step.exprs import (
     update_parts,
 )
 from migrator.codemods.global_step.model import (
+    NEW_STEP,
     CallSite,
     Increment,
     ModuleAnalysis,
@@ -206,6 +207,14 @@ class Analyzer(cst.CSTVisitor):
                 "updates the increment could join",
             )
         assert isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+        reads = _step_reads(apply, info.step_param)
+        if reads and (_rebinds(apply, info.step_param) or names_in(apply, NEW_STEP)):
+            return self._unsupported(
+                info,
+                f"its apply_gradients reads {info.step_param} but also rebinds it or already uses "
+                f"the name `{NEW_STEP}`, so the read of the advanced step cannot be written",
+            )
+        info.step_reads = reads
         info.state = "insertable"
         info.list_name = group_list
         info.tf_alias = self.module.code_for_node(value.func.value)
@@ -669,6 +678,33 @@ class Analyzer(cst.CSTVisitor):
                 self._trace_value(inner[0], name, assigns, seen, info)
             return
         info.optimizers.append(self.ref(value.func))
+
+
+def _step_reads(apply: cst.FunctionDef, step: str) -> list[cst.Name]:
+    """The loads of `step` in the method's body, less its `step is (not) None` tests."""
+    tests = set()
+    for comparison in collect(apply.body, cst.Comparison, enter_defs=True):
+        if (
+            isinstance(comparison.left, cst.Name)
+            and comparison.left.value == step
+            and all(
+                isinstance(c.operator, (cst.Is, cst.IsNot))
+                and isinstance(c.comparator, cst.Name)
+                and c.comparator.value == "None"
+                for c in comparison.comparisons
+            )
+        ):
+            tests.add(id(comparison.left))
+    return [
+        n
+        for n in collect(apply.body, cst.Name, enter_defs=True)
+        if n.value == step and id(n) not in tests
+    ]
+
+
+def _rebinds(apply: cst.FunctionDef, step: str) -> bool:
+    """Whether the body assigns the parameter (the parameter itself is the first entry)."""
+    return len(assignments(apply).get(step, [])) > 1
 
 
 class _Problem(Exception):

@@ -35,12 +35,24 @@ def quote_style(module: cst.Module) -> str:
 
 
 def increment_statements(
-    *, step: str, tf: str, updates: str, quote: str, name: str = "step_update"
-) -> list[cst.BaseStatement]:
-    code = template("global_step_increment.py.tmpl").format(
-        step=step, tf=tf, updates=updates, q=quote, name=name
+    *, step: str, tf: str, updates: str, quote: str, name: str = "step_update", reads: bool = False
+) -> tuple[list[cst.BaseStatement], list[cst.BaseStatement]]:
+    """The statements opening and closing apply_gradients once the step advances there.
+
+    Without reads of the step in the method, everything goes at the end. With them, the opening
+    computes the advanced step that those reads are renamed to, and the end assigns it: the reads
+    see the step being made, the assignment still follows the updates."""
+    fields = {"step": step, "tf": tf, "updates": updates, "q": quote, "name": name}
+    if not reads:
+        return [], _statements("global_step_increment.py.tmpl", fields)
+    return (
+        _statements("global_step_read.py.tmpl", fields),
+        _statements("global_step_assign.py.tmpl", fields),
     )
-    parsed = cst.parse_module(code)
+
+
+def _statements(name: str, fields: dict[str, str]) -> list[cst.BaseStatement]:
+    parsed = cst.parse_module(template(name).format(**fields))
     # A comment opening the snippet parses as the module header; it belongs to the first statement.
     first, *rest = parsed.body
     return [first.with_changes(leading_lines=[*parsed.header, *first.leading_lines]), *rest]
@@ -55,6 +67,8 @@ class Edits:
     )  # statement -> (note comment above it, statement replacing it)
     step_arguments: dict[int, str] = dataclasses.field(default_factory=dict)  # call -> step name
     insertions: dict[int, list[cst.BaseStatement]] = dataclasses.field(default_factory=dict)
+    openings: dict[int, list[cst.BaseStatement]] = dataclasses.field(default_factory=dict)
+    renames: dict[int, str] = dataclasses.field(default_factory=dict)  # Name node -> new name
 
     def __bool__(self) -> bool:
         return bool(self.removals or self.step_arguments or self.insertions)
@@ -140,4 +154,22 @@ class Editor(cst.CSTTransformer):
             return updated_node
         body = list(updated_node.body.body)
         body[-1:-1] = inserted
+        opening = self.edits.openings.get(id(original_node), [])
+        body[_docstring_length(body) : _docstring_length(body)] = opening
         return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        new = self.edits.renames.get(id(original_node))
+        return updated_node if new is None else updated_node.with_changes(value=new)
+
+
+def _docstring_length(body: list[cst.BaseStatement]) -> int:
+    """1 where the block opens with a docstring (the opening goes after it), else 0."""
+    first = body[0] if body else None
+    if (
+        isinstance(first, cst.SimpleStatementLine)
+        and isinstance(first.body[0], cst.Expr)
+        and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    ):
+        return 1
+    return 0

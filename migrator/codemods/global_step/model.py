@@ -11,6 +11,8 @@ from typing import Literal
 
 import libcst as cst
 
+NEW_STEP = "new_global_step"  # the name the templates give the step being made
+
 RefKind = Literal["local", "import", "builtin", "unknown"]
 ClassState = Literal["insertable", "advances", "follows_bases", "unsupported"]
 
@@ -71,6 +73,9 @@ class OptimizerClass:
     step_param: str = "global_step"
     list_name: str = ""
     tf_alias: str = ""
+    # Loads of the step parameter in apply_gradients (not its `is None` tests): the update reads
+    # the step it makes, so these read `new_global_step` once the increment moves in.
+    step_reads: list[cst.Name] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

@@ -30,7 +30,7 @@ from migrator.codemods.global_step.edit import (
     quote_style,
     template,
 )
-from migrator.codemods.global_step.model import ClassState, ModuleAnalysis, OptimizerRef
+from migrator.codemods.global_step.model import NEW_STEP, ClassState, ModuleAnalysis, OptimizerRef
 from migrator.findings import Finding
 from migrator.prefilter import GLOBAL_STEP_TRIGGERS as GLOBAL_STEP_TRIGGERS  # contract name
 
@@ -394,13 +394,18 @@ def rewrite(
                 )
             )
             continue
-        edits.insertions[id(cls.apply)] = increment_statements(
+        opening, closing = increment_statements(
             step=cls.step_param,
             tf=cls.tf_alias,
             updates=cls.list_name,
             quote=quote,
             name=inserts[name],
+            reads=bool(cls.step_reads),
         )
+        edits.insertions[id(cls.apply)] = closing
+        if opening:
+            edits.openings[id(cls.apply)] = opening
+            edits.renames.update((id(n), NEW_STEP) for n in cls.step_reads)
         findings.append(
             Finding(
                 path,
@@ -408,7 +413,13 @@ def rewrite(
                 MOVE,
                 f"{name}.apply_gradients: advances {cls.step_param} before returning, guarded by "
                 f"`{cls.step_param} is not None` (the loss-scale optimizer calls it only on clean "
-                "steps)",
+                "steps)"
+                + (
+                    f"; its reads of {cls.step_param} now read {NEW_STEP} = "
+                    f"{cls.step_param} + 1, the step being made, as under TF 1.15"
+                    if opening
+                    else ""
+                ),
             )
         )
     if not edits:
