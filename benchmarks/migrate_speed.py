@@ -257,9 +257,9 @@ def count_candidates(tree: Path) -> tuple[int, int]:
     """Files passing the byte pre-filter, and of those the files the CLI parses with libcst (what
     the ast triage keeps); the rest cost it only a read and a byte scan."""
     sys.path.insert(0, str(REPO))
-    from migrator.files import SourceFile
-    from migrator.prefilter import might_need_migration
-    from migrator.runner import _triage
+    from migrator.pipeline.runner import _triage
+    from migrator.selection.prefilter import might_need_migration
+    from migrator.sources.files import SourceFile
 
     sources = [(SourceFile(p, str(p)), p.read_bytes()) for p in sorted(tree.rglob("*.py"))]
     admitted = [(s, d) for s, d in sources if might_need_migration(d)]

@@ -2,11 +2,11 @@
 
     python benchmarks/view_check.py DIR [DIR...]
 
-migrator.slicing ports files past its length threshold through a view of the statements that can
-matter; tests/migrator/test_slicing.py proves that on the fixtures. This runs the same comparison
-with the threshold lowered to nothing on any tree (the real-code snapshots, a checkout), so each
-file that the byte pre-filter admits goes through its view, and prints every file where the two
-ports differ in bytes or findings. Exit status 1 if any does."""
+migrator.pipeline.slicing ports files past its length threshold through a view of the statements
+that can matter; tests/migrator/test_slicing.py proves that on the fixtures. This runs the same
+comparison with the threshold lowered to nothing on any tree (the real-code snapshots, a checkout),
+so each file that the byte pre-filter admits goes through its view, and prints every file where
+the two ports differ in bytes or findings. Exit status 1 if any does."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from migrator import prefilter, slicing, transform
+from migrator.pipeline import slicing, transform
+from migrator.selection import prefilter
 
 
 def _port(source: bytes, path: str) -> tuple[bytes, list[dict]] | str:

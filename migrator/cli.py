@@ -17,7 +17,7 @@ import click
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from migrator.runner import RunResult
+    from migrator.pipeline.runner import RunResult
 
 EXIT_OK = 0
 EXIT_CHANGES_PENDING = 1
@@ -58,7 +58,7 @@ def _version() -> str:
 def _check_loss_scale(
     _ctx: click.Context, _param: click.Parameter, value: str | None
 ) -> str | None:
-    from migrator.codemods.add_loss_scale_choice import manager_call
+    from migrator.codemods.shared.add_loss_scale_choice import manager_call
 
     if value is not None:
         try:
@@ -92,7 +92,7 @@ class _ClickProgress:
 
 
 def _progress_factory(quiet: bool) -> Callable[[int], object]:
-    from migrator.runner import _no_progress
+    from migrator.pipeline.runner import _no_progress
 
     if quiet or not sys.stderr.isatty():
         return _no_progress
@@ -222,8 +222,8 @@ def cli(
     (hidden directories, venv/.venv, __pycache__, site-packages and node_modules are skipped).
     By default a unified diff is printed and nothing is written: review first.
     """
-    from migrator.files import discover
-    from migrator.runner import RunConfig, run
+    from migrator.pipeline.runner import RunConfig, run
+    from migrator.sources.files import discover
 
     _validate(write, output_dir, copy_unchanged, check, reports, paths)
     mode = "write" if write else "output-dir" if output_dir else "diff"
@@ -251,7 +251,7 @@ def cli(
     _print_messages(result, quiet)
     report_failed = False
     for report_path in reports:
-        from migrator.report import write_report
+        from migrator.report.documents import write_report
 
         try:
             write_report(report_path, result)
@@ -301,7 +301,7 @@ def _validate(
             param_hint="--output-dir",
         )
     if output_dir:
-        from migrator.files import common_root
+        from migrator.sources.files import common_root
 
         if Path(os.path.abspath(output_dir)) == common_root(paths):
             raise click.BadParameter(
@@ -324,7 +324,7 @@ def _validate(
 
 
 def _print_diffs(result: RunResult, color: bool) -> None:
-    from migrator.diffing import colorize, diff_bytes, unified_diff
+    from migrator.report.diffing import colorize, diff_bytes, unified_diff
 
     for outcome in result.outcomes:
         if outcome.status != "changed":
@@ -363,7 +363,7 @@ def _summary_line(result: RunResult) -> str:
 
 def main() -> None:
     """Console-script entry point."""
-    from migrator.runner import collect_less_often
+    from migrator.pipeline.runner import collect_less_often
 
     collect_less_often()
     cli(prog_name="npu-migrate")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from migrator.codemods.loss_scale import LossScaleAnalyzer
-from migrator.codemods.parents import ParentProvider
-from migrator.codemods.rewriter import PlanRewriter
+from migrator.codemods.shared.parents import ParentProvider
+from migrator.codemods.tf1.analysis import LossScaleAnalyzer
+from migrator.codemods.tf1.rewrite import PlanRewriter
 from migrator.codemods.torch.analysis import TorchScalerAnalyzer
 from migrator.codemods.torch.rewrite import TorchRewriter
 from migrator.findings import Finding

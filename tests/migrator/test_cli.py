@@ -436,7 +436,7 @@ def test_help_and_a_run_never_import_tensorflow(tmp_path: Path) -> None:
 def test_tree_without_candidates_does_not_load_libcst(tmp_path: Path) -> None:
     make_tree(tmp_path, {"a.py": b"x = 1\n", "b.py": b"import os\n"})
     modules = _imported_modules(".", cwd=tmp_path)
-    assert "migrator.runner" in modules
+    assert "migrator.pipeline.runner" in modules
     assert "libcst" not in modules
 
 

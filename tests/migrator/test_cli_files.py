@@ -1,7 +1,7 @@
 """What npu-migrate looks at and what survives it: discovery, exclusion, encodings, line endings.
 
 Encoding and line-ending cases go through the real CLI on real files; the discovery rules are also
-checked in-process against `migrator.files`, which is plain Python without libcst.
+checked in-process against `migrator.sources.files`, which is plain Python without libcst.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from cli_runner import cli_env, run_cli
 
-from migrator.diffing import decode_for_display, unified_diff
-from migrator.files import discover, is_excluded
+from migrator.report.diffing import decode_for_display, unified_diff
+from migrator.sources.files import discover, is_excluded
 
 # Fails to parse, so it shows up under "failed" in the report: a cheap marker of "was scanned".
 BROKEN = b"import tensorflow as tf\ndef f(:\n    tf.contrib.mixed_precision\n"

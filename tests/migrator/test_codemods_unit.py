@@ -6,7 +6,12 @@ import pytest
 from cli_runner import MIGRATOR_FIXTURES
 
 from migrator.findings import SourceError
-from migrator.transform import MigrateOptions, might_need_migration, migrate_source, plan_project
+from migrator.pipeline.transform import (
+    MigrateOptions,
+    might_need_migration,
+    migrate_source,
+    plan_project,
+)
 
 FIXTURES = MIGRATOR_FIXTURES
 

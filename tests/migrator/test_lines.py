@@ -9,8 +9,8 @@ import pytest
 from cli_runner import MIGRATOR_FIXTURES
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from migrator.codemods.lines import LineIndex, LineProvider, count_newlines, start_line
-from migrator.codemods.parents import ParentProvider
+from migrator.codemods.shared.lines import LineIndex, LineProvider, count_newlines, start_line
+from migrator.codemods.shared.parents import ParentProvider
 
 FIXTURES = MIGRATOR_FIXTURES
 

@@ -7,7 +7,7 @@ import pytest
 from cli_runner import MIGRATOR_FIXTURES
 from libcst.metadata import MetadataWrapper, ParentNodeProvider
 
-from migrator.codemods.parents import ParentProvider
+from migrator.codemods.shared.parents import ParentProvider
 
 FIXTURES = MIGRATOR_FIXTURES
 TRICKY = '''\

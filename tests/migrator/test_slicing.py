@@ -1,4 +1,4 @@
-"""The long-file view (migrator.slicing) must port exactly as the whole file does.
+"""The long-file view (migrator.pipeline.slicing) must port exactly as the whole file does.
 
 Every fixture is ported twice in-process, once whole and once through its view with the length
 threshold lowered to nothing, and the bytes and findings must agree; then a generated 20,000-line
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_runner import MIGRATOR_FIXTURES
 
-from migrator import slicing, transform
+from migrator.pipeline import slicing, transform
 
 FIXTURES = sorted(
     p

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from cli_runner import MIGRATOR_FIXTURES, run_cli
 
-from migrator.files import SourceFile
-from migrator.prefilter import might_need_migration
-from migrator.runner import _migrate_all, _triage
-from migrator.transform import MigrateOptions
+from migrator.pipeline.runner import _migrate_all, _triage
+from migrator.pipeline.transform import MigrateOptions
+from migrator.selection.prefilter import might_need_migration
+from migrator.sources.files import SourceFile
 
 FIXTURES = MIGRATOR_FIXTURES
 FOLDERS = sorted({p.parent for p in FIXTURES.rglob("*.py")})

@@ -22,7 +22,7 @@ from libcst.metadata import MetadataWrapper
 from migrator.codemods.add_loss_scale.planner import MANUAL, RULE, UNSCALED, Planner
 from migrator.codemods.add_loss_scale.rewrite import Rewriter, with_import
 from migrator.findings import Finding
-from migrator.prefilter import LOSS_SCALE_TRIGGERS, might_need_loss_scale_added
+from migrator.selection.prefilter import LOSS_SCALE_TRIGGERS, might_need_loss_scale_added
 
 __all__ = ["MANUAL", "RULE", "UNSCALED", "add_loss_scale"]
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 import libcst as cst
 from libcst.metadata import ParentNodeProvider, PositionProvider, Scope, ScopeProvider
 
-from migrator.codemods import api
-from migrator.codemods.qualified import qualified_names
+from migrator.codemods.shared import api
+from migrator.codemods.shared.qualified import qualified_names
 
 TRAINING = ("minimize", "compute_gradients", "apply_gradients")
 # Helpers that train the optimizer they are given (tf.contrib.training, slim, tf_slim).

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import libcst as cst
 from libcst.metadata import Assignment, ScopeProvider
 
-from migrator.codemods import api
 from migrator.codemods.add_loss_scale.finder import Binding, Finder
+from migrator.codemods.shared import api
 
 
 class Kinds:

@@ -16,7 +16,7 @@ from libcst.metadata import (
 
 from migrator.codemods.add_loss_scale.finder import Binding, Finder, names, walk
 from migrator.codemods.add_loss_scale.kinds import Kinds
-from migrator.codemods.add_loss_scale_choice import manager_call
+from migrator.codemods.shared.add_loss_scale_choice import manager_call
 from migrator.findings import Finding
 
 RULE = "add-loss-scale"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from migrator.codemods import api
 from migrator.codemods.add_loss_scale.planner import Planner
-from migrator.codemods.add_loss_scale_choice import manager_call
 from migrator.codemods.global_step.edit import template
+from migrator.codemods.shared import api
+from migrator.codemods.shared.add_loss_scale_choice import manager_call
 
 _MANAGER_VARIABLE = "loss_scale_manager"
 

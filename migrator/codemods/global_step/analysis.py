@@ -52,9 +52,9 @@ from migrator.codemods.global_step.tree import (
     names_in,
     statement_owners,
 )
-from migrator.codemods.lines import LineProvider, start_line
-from migrator.codemods.parents import ParentProvider
-from migrator.codemods.qualified import qualified_names
+from migrator.codemods.shared.lines import LineProvider, start_line
+from migrator.codemods.shared.parents import ParentProvider
+from migrator.codemods.shared.qualified import qualified_names
 
 _APPLY_METHODS = {"apply_gradients": 1, "minimize": 1}  # method -> global_step position
 _STEP_GETTERS = ("get_or_create_global_step", "get_global_step", "create_global_step")

@@ -8,15 +8,14 @@ from a template file, rendered in the file's own indentation and quote style.
 from __future__ import annotations
 
 import dataclasses
-from importlib import resources
 
 import libcst as cst
 
-_TEMPLATES = resources.files("migrator") / "templates"
+from migrator import template_files
 
 
 def template(name: str) -> str:
-    return (_TEMPLATES / name).read_text(encoding="utf-8")
+    return template_files.read(name)
 
 
 def quote_style(module: cst.Module) -> str:

@@ -32,7 +32,9 @@ from migrator.codemods.global_step.edit import (
 )
 from migrator.codemods.global_step.model import NEW_STEP, ClassState, ModuleAnalysis, OptimizerRef
 from migrator.findings import Finding
-from migrator.prefilter import GLOBAL_STEP_TRIGGERS as GLOBAL_STEP_TRIGGERS  # contract name
+from migrator.selection.prefilter import (
+    GLOBAL_STEP_TRIGGERS as GLOBAL_STEP_TRIGGERS,  # contract name
+)
 
 MOVE = "global-step-move"
 MANUAL = "global-step-manual"

@@ -23,16 +23,16 @@ import dataclasses
 import libcst as cst
 from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource, Scope, ScopeProvider
 
-from migrator.codemods import arguments as shared_args
-from migrator.codemods.lines import LineProvider, start_line
-from migrator.codemods.parents import ParentProvider
-from migrator.codemods.qualified import qualified_names
+from migrator.codemods.shared import arguments as shared_args
+from migrator.codemods.shared.lines import LineProvider, start_line
+from migrator.codemods.shared.parents import ParentProvider
+from migrator.codemods.shared.qualified import qualified_names
 from migrator.codemods.torch import names
 from migrator.codemods.torch.arguments import Builder, builder
 from migrator.codemods.torch.imports import Conflict, ImportSite, plan_imports
 from migrator.codemods.torch.names import Kind
 from migrator.findings import Finding
-from migrator.reexports import module_name
+from migrator.selection.reexports import module_name
 
 RULE = "torch-grad-scaler"
 NPU_RULE = "torch-npu"
@@ -79,7 +79,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
     def __init__(self, path: str, reexports: frozenset[tuple[str, str]] = frozenset()) -> None:
         super().__init__()
         self.path = path
-        # names other files of the run import from this module (migrator.reexports)
+        # names other files of the run import from this module (migrator.selection.reexports)
         self._reexported = {name for module, name in reexports if module == module_name(path)}
         self.plan = TorchPlan()
         self.findings: list[Finding] = []

@@ -377,8 +377,8 @@ def test_run_on_torch_scripts_never_imports_torch(tmp_path: Path) -> None:
     ],
 )
 def test_triage_lets_scaler_files_through(source: bytes) -> None:
-    from migrator.prefilter import might_need_migration
-    from migrator.triage import verdict
+    from migrator.selection.prefilter import might_need_migration
+    from migrator.selection.triage import verdict
 
     assert might_need_migration(source)
     assert verdict(source) == "full"

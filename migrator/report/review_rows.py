@@ -3,7 +3,8 @@
 A reviewer needs every changed line and every line a finding points at, each with a few lines of
 context around it; the rest of the file is folded away. The layout is decided here once, as plain
 data over line indexes, so the page's split and unified views show the very same lines. Lines are
-matched with the printed diff's matcher (migrator/linediff.py), so the page and the patch agree.
+matched with the printed diff's matcher (migrator/report/linediff.py), so the page and the patch
+agree.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from migrator.linediff import LineMatcher
+from migrator.report.linediff import LineMatcher
 
 CONTEXT = 3
 

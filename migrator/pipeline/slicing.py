@@ -20,11 +20,11 @@ import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 
-from migrator import pytree
 from migrator.findings import MigrationResult
-from migrator.linediff import LineMatcher
-from migrator.prefilter import LOSS_SCALE_TRIGGERS
-from migrator.triage import FRAMEWORK_PARTS
+from migrator.report.linediff import LineMatcher
+from migrator.selection.prefilter import LOSS_SCALE_TRIGGERS
+from migrator.selection.triage import FRAMEWORK_PARTS
+from migrator.sources import pytree
 
 MIN_LINES = 2000
 """Below this, libcst on the whole file is cheap and the view is not worth building."""

@@ -14,8 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from migrator import pytree
-from migrator.files import (
+from migrator.findings import Finding, MigrationResult, SourceError
+from migrator.selection.horovod_sites import init_sites, name_init_sites
+from migrator.selection.prefilter import might_need_migration
+from migrator.selection.reexports import imported_from
+from migrator.selection.triage import parses, verdict, widen
+from migrator.sources import pytree
+from migrator.sources.files import (
     SourceFile,
     atomic_write,
     common_root,
@@ -23,15 +28,10 @@ from migrator.files import (
     mirrored_path,
     write_new_file,
 )
-from migrator.findings import Finding, MigrationResult, SourceError
-from migrator.horovod_sites import init_sites, name_init_sites
-from migrator.prefilter import might_need_migration
-from migrator.reexports import imported_from
-from migrator.triage import parses, verdict, widen
 
 if TYPE_CHECKING:
     from migrator.codemods.global_step import GlobalStepFacts
-    from migrator.transform import MigrateOptions, PreparedFile, ProjectPlan
+    from migrator.pipeline.transform import MigrateOptions, PreparedFile, ProjectPlan
 
 Mode = Literal["diff", "write", "output-dir"]
 Status = Literal["unchanged", "changed", "failed"]
@@ -131,7 +131,7 @@ def prepare_one(path: str, source: bytes, options: MigrateOptions) -> _Prepared:
     A file whose port fails is still scanned on its own, so that one failing file does not change
     what the plan decides for the others.
     """
-    from migrator.transform import prepare_source, scan_source
+    from migrator.pipeline.transform import prepare_source, scan_source
 
     prepared: PreparedFile | None = None
 
@@ -152,7 +152,7 @@ def prepare_one(path: str, source: bytes, options: MigrateOptions) -> _Prepared:
 
 def finish_one(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> _Outcome:
     """Second pass: the file's final result under the project plan."""
-    from migrator.transform import finish
+    from migrator.pipeline.transform import finish
 
     return _guarded(lambda: finish(prepared, plan, options))
 
@@ -200,7 +200,7 @@ def _migrate_all(
     Preparing is the expensive part and independent per file; the plan needs all files' facts;
     finishing is cheap except for the few files the global-step move edits.
     """
-    from migrator.transform import is_cheap_to_finish, plan_from_facts
+    from migrator.pipeline.transform import is_cheap_to_finish, plan_from_facts
 
     workers = min(jobs, len(items) // MIN_FILES_PER_WORKER)
     if workers <= 1:
@@ -294,7 +294,7 @@ def run(
     outcomes += [FileOutcome(source, "unchanged") for source in cleared]
 
     if pending:
-        from migrator.transform import MigrateOptions
+        from migrator.pipeline.transform import MigrateOptions
 
         options = MigrateOptions(
             distributed=config.distributed,  # type: ignore[arg-type]
@@ -326,8 +326,9 @@ def _triage(
 ) -> tuple[list[tuple[SourceFile, bytes]], list[SourceFile]]:
     """Split the byte-admitted files into those the codemods must see and those they cannot touch.
 
-    See migrator.triage: an `ast` read of each file decides, then the files the global-step plan
-    needs beside the others are put back, so the plan sees what it would see without the triage.
+    See migrator.selection.triage: an `ast` read of each file decides, then the files the
+    global-step plan needs beside the others are put back, so the plan sees what it would see
+    without the triage.
     """
     verdicts = [verdict(d, add_loss_scale=add_loss_scale) for _, d in pending]
     full = {s.display: d for (s, d), v in zip(pending, verdicts) if v == "full"}

@@ -14,7 +14,7 @@ import tokenize
 
 import click
 
-from migrator.linediff import unified_diff_lines
+from migrator.report.linediff import unified_diff_lines
 
 _NO_NEWLINE = "\\ No newline at end of file\n"
 

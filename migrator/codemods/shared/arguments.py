@@ -11,7 +11,7 @@ from collections.abc import Collection, Sequence
 
 import libcst as cst
 
-from migrator.codemods.api import TF_DYNAMIC_DEFAULTS
+from migrator.codemods.shared.api import TF_DYNAMIC_DEFAULTS
 
 _NO_SPACE = cst.SimpleWhitespace("")
 

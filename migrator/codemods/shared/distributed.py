@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterator
 import libcst as cst
 from libcst.metadata import Assignment, FunctionScope, GlobalScope, Scope
 
-from migrator.codemods.api import is_horovod_module
+from migrator.codemods.shared.api import is_horovod_module
 
 # Attributes only Horovod's module has. A function parameter used with one of them is Horovod
 # handed in (NVIDIA's BERT: `create_optimizer(..., hvd=None)`), which no import resolves.

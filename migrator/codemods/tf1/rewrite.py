@@ -15,9 +15,9 @@ from typing import TypeVar
 
 import libcst as cst
 
-from migrator.codemods.api import LIBRARY
-from migrator.codemods.imports import ImportPlan
-from migrator.codemods.loss_scale import Edits
+from migrator.codemods.shared.api import LIBRARY
+from migrator.codemods.shared.imports import ImportPlan
+from migrator.codemods.tf1.analysis import Edits
 
 _ImportT = TypeVar("_ImportT", cst.Import, cst.ImportFrom)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from migrator.codemods import api
+from migrator.codemods.shared import api
 
 # The seed's values for a dynamic scale (the vendor guide's own example), one line each.
 _DYNAMIC = (

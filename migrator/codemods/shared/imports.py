@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import FunctionScope
 
-from migrator.codemods.api import LIBRARY, target_class, target_module
+from migrator.codemods.shared.api import LIBRARY, target_class, target_module
 
 if TYPE_CHECKING:
-    from migrator.codemods.loss_scale import Site
+    from migrator.codemods.tf1.analysis import Site
 
 Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
 

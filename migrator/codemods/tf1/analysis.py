@@ -20,23 +20,23 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from migrator.codemods import api
-from migrator.codemods import arguments as args_
-from migrator.codemods.api import Kind
-from migrator.codemods.control_deps import control_deps_decision
-from migrator.codemods.distributed import (
+from migrator.codemods.keras.port import KerasPort
+from migrator.codemods.shared import api
+from migrator.codemods.shared import arguments as args_
+from migrator.codemods.shared.api import Kind
+from migrator.codemods.shared.distributed import (
     DistributedFacts,
     horovod_parameter,
     is_distributed_value,
     size_test_direction,
 )
-from migrator.codemods.imports import ImportPlan, imported_names, plan_imports
-from migrator.codemods.keras_port import KerasPort
-from migrator.codemods.lines import LineProvider, start_line
-from migrator.codemods.parents import ParentProvider
-from migrator.codemods.qualified import qualified_names
+from migrator.codemods.shared.imports import ImportPlan, imported_names, plan_imports
+from migrator.codemods.shared.lines import LineProvider, start_line
+from migrator.codemods.shared.parents import ParentProvider
+from migrator.codemods.shared.qualified import qualified_names
+from migrator.codemods.tf1.control_deps import control_deps_decision
 from migrator.findings import Finding
-from migrator.reexports import module_name
+from migrator.selection.reexports import module_name
 
 # Builds the new argument list from the *transformed* call's arguments and the local names the
 # npu_lossscale classes are imported under.
@@ -142,7 +142,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     ) -> None:
         super().__init__()
         self.path = path
-        # names other files of the run import from this module (migrator.reexports)
+        # names other files of the run import from this module (migrator.selection.reexports)
         self._reexported = {name for module, name in reexports if module == module_name(path)}
         self.distributed = distributed
         self.edits = Edits()

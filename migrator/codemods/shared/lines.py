@@ -17,7 +17,7 @@ import libcst as cst
 from libcst import MetadataDependent
 from libcst.metadata import BaseMetadataProvider, CodeRange, MetadataWrapper, PositionProvider
 
-from migrator.codemods.parents import ParentProvider
+from migrator.codemods.shared.parents import ParentProvider
 
 Positions = Mapping[cst.CSTNode, CodeRange]
 

@@ -1,8 +1,8 @@
 """The single entry point that parses a file once and chains the codemods over it.
 
-The CLI only talks to this module: a cheap byte pre-filter (migrator.prefilter, re-exported),
-then per file `prepare_source` (the plan facts and the loss-scale port, from one parse and one
-metadata resolution, run in worker processes), `plan_from_facts` once for the project, and
+The CLI only talks to this module: a cheap byte pre-filter (migrator.selection.prefilter,
+re-exported), then per file `prepare_source` (the plan facts and the loss-scale port, from one parse
+and one metadata resolution, run in worker processes), `plan_from_facts` once for the project, and
 `finish` per file. `migrate_source` chains the three for one file. Keeping parsing here means every
 codemod sees the same tree and the file is either rewritten as a whole or not at all.
 """
@@ -17,18 +17,21 @@ from typing import Literal
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from migrator import slicing, source_errors
 from migrator.codemods import add_loss_scale, global_step
-from migrator.codemods.add_loss_scale_choice import manager_call
 from migrator.codemods.port import (
     LOSS_SCALE_METADATA,
     TORCH_METADATA,
     port_loss_scale,
     port_torch,
 )
+from migrator.codemods.shared.add_loss_scale_choice import manager_call
 from migrator.findings import Finding, MigrationResult, SourceError
-from migrator.prefilter import might_need_loss_scale_port, might_need_torch_port
-from migrator.prefilter import might_need_migration as might_need_migration  # the CLI's contract
+from migrator.pipeline import slicing
+from migrator.selection.prefilter import might_need_loss_scale_port, might_need_torch_port
+from migrator.selection.prefilter import (
+    might_need_migration as might_need_migration,  # the CLI's contract
+)
+from migrator.sources import source_errors
 
 Distributed = Literal["auto", "always", "never"]
 
@@ -39,7 +42,7 @@ class MigrateOptions:
 
     distributed: Distributed = "auto"
     add_loss_scale: str | None = None  # 'dynamic' or a fixed scale: see codemods.add_loss_scale
-    # (module, name) pairs other files of the run import (migrator.reexports): kept bound
+    # (module, name) pairs other files of the run import (migrator.selection.reexports): kept bound
     reexports: frozenset[tuple[str, str]] = frozenset()
 
     def __post_init__(self) -> None:
@@ -60,7 +63,7 @@ class ProjectPlan:
 
 def parse(source: bytes) -> cst.Module:
     """Parse bytes (libcst keeps the detected encoding and newline); failures are SourceError,
-    whose message starts with `LINE:COL: ` (see migrator.source_errors)."""
+    whose message starts with `LINE:COL: ` (see migrator.sources.source_errors)."""
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -94,8 +97,9 @@ class PreparedFile:
     # bytes and `added` what the addition did (lines of `original`).
     original: bytes | None = None
     added: tuple[Finding, ...] = ()
-    # A long file is ported through a view of the statements that can matter (migrator.slicing):
-    # `source` and `ported` are then the view's, and `finish` puts the result back in the file.
+    # A long file is ported through a view of the statements that can matter
+    # (migrator.pipeline.slicing): `source` and `ported` are then the view's, and `finish` puts the
+    # result back in the file.
     view: slicing.View | None = None
 
 
@@ -127,7 +131,7 @@ def prepare_source(
 ) -> PreparedFile:
     """Scan for the plan and port the loss-scale APIs in one pass; raises SourceError.
 
-    A long file is ported through its view (migrator.slicing) unless `whole` is set, or the
+    A long file is ported through its view (migrator.pipeline.slicing) unless `whole` is set, or the
     global-step move or --add-loss-scale has business in it: their cross-file facts carry lines.
     """
     if not whole and options.add_loss_scale is None and b"global_step" not in source:

@@ -2,7 +2,7 @@
 
 A whole file is lexed at once, so a line inside a docstring or a bracket continued over lines is
 coloured as what it is, then cut back into lines. The ranges that changed inside an edited line
-(migrator/review_inline.py) are wrapped in <del>/<ins> around the coloured tokens.
+(migrator/report/review_inline.py) are wrapped in <del>/<ins> around the coloured tokens.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Which files the libcst codemods must see at all, decided from the standard library's `ast`.
 
-The byte pre-filter (migrator.prefilter) admits every file that *spells* a trigger anywhere, in a
-comment, a docstring or a flag name (`FLAGS.loss_scale`), and each admitted file then pays for a
-libcst parse plus scope metadata (~0.2 s on real files). `ast.parse` reads a file ten times faster,
-so this second gate looks at the identifiers the code really uses and clears the files the
-codemods cannot change or warn about. It is conservative: a file that does not parse, or uses any
-registered name, goes to the full pass, which stays the only judge of what changes.
+The byte pre-filter (migrator.selection.prefilter) admits every file that *spells* a trigger
+anywhere, in a comment, a docstring or a flag name (`FLAGS.loss_scale`), and each admitted file then
+pays for a libcst parse plus scope metadata (~0.2 s on real files). `ast.parse` reads a file ten
+times faster, so this second gate looks at the identifiers the code really uses and clears the files
+the codemods cannot change or warn about. It is conservative: a file that does not parse, or uses
+any registered name, goes to the full pass, which stays the only judge of what changes.
 
 Extending it (other rewrites): add the name to ONE of the sets below, one line each.
 - `NAME_FRAGMENTS`: a part *containing* it, in an import of a `FRAMEWORKS` module or an attribute
@@ -30,8 +30,8 @@ import posixpath
 import tokenize
 from typing import Literal
 
-from migrator import pytree
-from migrator.prefilter import might_need_loss_scale_added
+from migrator.selection.prefilter import might_need_loss_scale_added
+from migrator.sources import pytree
 
 # In what an import of TensorFlow, Keras, torch or Horovod reaches (the import statement itself
 # and every attribute read from a name it binds), a part *containing* one of these is an API.

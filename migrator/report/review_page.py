@@ -12,24 +12,24 @@ import html
 import re
 import string
 from collections.abc import Sequence
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from migrator.diffing import decode_for_display, unified_diff
-from migrator.review_highlight import Run, highlight, line_html, token_css
-from migrator.review_inline import changed_ranges, pair_lines
-from migrator.review_rows import Block, Hunk, enclosing_definition, layout, split_lines
+from migrator import template_files
+from migrator.report.diffing import decode_for_display, unified_diff
+from migrator.report.review_highlight import Run, highlight, line_html, token_css
+from migrator.report.review_inline import changed_ranges, pair_lines
+from migrator.report.review_rows import Block, Hunk, enclosing_definition, layout, split_lines
 
 if TYPE_CHECKING:
     from migrator.findings import Finding
-    from migrator.runner import FileOutcome
+    from migrator.pipeline.runner import FileOutcome
 
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
 _ICONS = {"change": "\u270e", "warning": "\u26a0", "error": "\u2716"}
 
 
 def _template(name: str) -> str:
-    return resources.files("migrator").joinpath("templates", name).read_text("utf-8")
+    return template_files.read(name)
 
 
 def message_html(message: str) -> str:

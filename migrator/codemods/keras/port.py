@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from migrator.codemods import api
-from migrator.codemods import arguments as args_
-from migrator.codemods.api import Kind
-from migrator.codemods.distributed import Parent
+from migrator.codemods.shared import api
+from migrator.codemods.shared import arguments as args_
+from migrator.codemods.shared.api import Kind
+from migrator.codemods.shared.distributed import Parent
 from migrator.findings import Finding
 
 if TYPE_CHECKING:
-    from migrator.codemods.loss_scale import Builder, LossScaleAnalyzer
+    from migrator.codemods.tf1.analysis import Builder, LossScaleAnalyzer
 
 RULE = "keras-loss-scale-optimizer"
 TARGET = f"{api.KERAS_MODULE}.LossScaleOptimizer"

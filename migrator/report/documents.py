@@ -1,8 +1,8 @@
 """Reports of a run: JSON for tools, Markdown for people, HTML for a reviewer's browser.
 
 All three are built from one dictionary (`build_report`) so they can never disagree about what was
-changed, warned about or failed. The HTML page (migrator/review_page.py) also shows the code, which
-it takes from the run's outcomes beside that dictionary.
+changed, warned about or failed. The HTML page (migrator/report/review_page.py) also shows the code,
+which it takes from the run's outcomes beside that dictionary.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from migrator.diffing import unified_diff
-from migrator.files import write_new_file
+from migrator.report.diffing import unified_diff
+from migrator.sources.files import write_new_file
 
 if TYPE_CHECKING:
-    from migrator.runner import FileOutcome, RunResult
+    from migrator.pipeline.runner import FileOutcome, RunResult
 
 REPORT_VERSION = 1
 REPORT_SUFFIXES = (".json", ".md", ".html")
@@ -128,7 +128,7 @@ def write_report(path: Path, result: RunResult) -> None:
         text = render_markdown(data)
     elif suffix == ".html":
         # Imported here: the page needs Pygments, which JSON and Markdown reports never load.
-        from migrator.review_page import render_review_page
+        from migrator.report.review_page import render_review_page
 
         text = render_review_page(data, result.outcomes)
     else:
