@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench mutate clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/torch_overhead.py
 	$(PY) benchmarks/torch_distributed_overhead.py
 	$(PY) benchmarks/migrate_speed.py
+
+# Mutation testing (benchmarks/mutation.py, cosmic-ray): not part of `make test`; about an hour.
+mutate: $(STAMP)
+	$(PY) benchmarks/mutation.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

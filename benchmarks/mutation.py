@@ -1,0 +1,272 @@
+"""Mutation testing with cosmic-ray: how many small plausible bugs the tests catch, per area.
+
+    python benchmarks/mutation.py                       # every area, 15 mutants each, seed 0
+    python benchmarks/mutation.py --sample 0            # every mutant (hours: not for 2 cores)
+    python benchmarks/mutation.py --areas rule,torch --sample 40 --seed 3 --jobs 2
+
+cosmic-ray (pinned in the `dev` extra) makes the mutants and runs them; this script only scopes
+it. Each area names the modules it mutates and the tests that cover them, and each mutant runs
+only those tests (`pytest -x`, so a killed mutant stops at its first failing test). cosmic-ray
+edits the files it mutates in place, so every worker (`--jobs`, default 2) gets its own copy of
+the checkout's files in a temporary directory and the checkout is never touched.
+
+Sampling: cosmic-ray's session lists every mutant of an area. Mutants inside annotations are
+dropped first (every module here has `from __future__ import annotations`: an annotation is never
+evaluated, so such a mutant cannot change behaviour); then, unless `--sample 0`, a
+`random.Random(seed)` draw keeps `--sample` of the rest, in the session's own order, and marks
+the others skipped before `cosmic-ray exec` runs. The same seed draws the same mutants for the
+same code.
+
+Killed: the tests failed, errored or timed out (cosmic-ray's timeout: `--timeout`), or the mutant
+could not be imported (cosmic-ray's "incompetent"). Survived: every test passed. A survivor listed
+in benchmarks/mutation_equivalent.tsv (module, line, operator, reason) is a mutant that cannot
+change behaviour; it is printed with its reason and left out of the score. Prints one row per area
+(`killed/run`, score) and every other survivor with its diff; exit status 0 either way (a
+measurement, not a gate). Not part of `make test`; `make mutate` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import glob
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EQUIVALENT = Path(__file__).resolve().parent / "mutation_equivalent.tsv"
+
+# area -> (modules mutated, globs relative to the checkout; tests that cover them)
+AREAS: dict[str, tuple[list[str], list[str]]] = {
+    "rule": (["npu_lossscale/rule.py"], ["tests/library/test_rule_trace.py"]),
+    "tf/managers": (
+        ["npu_lossscale/tf/managers.py"],
+        ["tests/library/tf/test_managers.py", "tests/library/keras/test_keras_managers.py"],
+    ),
+    "tf/optimizer": (
+        ["npu_lossscale/tf/optimizer.py", "npu_lossscale/tf/gating.py"],
+        [
+            "tests/library/tf/test_optimizer.py",
+            "tests/library/tf/test_gating.py",
+            "tests/library/tf/test_checkpoint_eager.py",
+        ],
+    ),
+    "tf/distributed": (
+        ["npu_lossscale/tf/distributed.py"],
+        ["tests/library/tf/test_distributed.py", "tests/library/tf/test_multiworker.py"],
+    ),
+    "keras": (["npu_lossscale/keras/optimizer*.py"], ["tests/library/keras"]),
+    "torch": (
+        ["npu_lossscale/torch/scaler*.py", "npu_lossscale/torch/decision*.py"],
+        ["tests/library/torch/test_torch.py", "tests/library/torch/test_torch_distributed.py"],
+    ),
+    "codemods/torch": (["migrator/codemods/torch/*.py"], ["tests/migrator/codemods/torch"]),
+    "codemods/global_step": (
+        ["migrator/codemods/global_step/*.py"],
+        ["tests/migrator/codemods/global_step"],
+    ),
+    "codemods/distributed": (
+        ["migrator/codemods/shared/distributed.py"],
+        ["tests/migrator/codemods/tf1", "tests/migrator/codemods/keras"],
+    ),
+    "codemods/other": (
+        [
+            "migrator/codemods/tf1/*.py",
+            "migrator/codemods/keras/*.py",
+            "migrator/codemods/add_loss_scale/*.py",
+        ],
+        ["tests/migrator/codemods"],
+    ),
+}
+
+
+@dataclass
+class Outcome:
+    area: str
+    killed: int = 0
+    run: int = 0
+    survivors: list[tuple[str, int, str, str]] | None = None  # module, line, operator, diff
+    explained: list[tuple[str, int, str, str]] | None = None  # module, line, operator, reason
+
+
+def _copy_checkout(dest: Path) -> None:
+    """The tracked and untracked-but-not-ignored files, as `git` lists them."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, listed):
+        source = REPO / name.decode()
+        if source.is_file() and not source.is_symlink():
+            target = dest / name.decode()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def _modules(root: Path, patterns: list[str]) -> list[str]:
+    found = sorted({p for pattern in patterns for p in glob.glob(str(root / pattern))})
+    return [str(Path(p).relative_to(root)) for p in found if not p.endswith("__init__.py")]
+
+
+def _annotation_spans(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    spans = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        found = []
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            found.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns:
+            found.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            found.append(node.annotation)
+        spans.extend(
+            ((a.lineno, a.col_offset), (a.end_lineno or a.lineno, a.end_col_offset or 0))
+            for a in found
+        )
+    return spans
+
+
+def _in_annotation(root: Path, item, cache: dict) -> bool:
+    mutation = item.mutations[0]
+    path = root / mutation.module_path
+    if path not in cache:
+        cache[path] = _annotation_spans(path)
+    start = tuple(mutation.start_pos)
+    return any(begin <= start < end for begin, end in cache[path])
+
+
+def _config(modules: list[str], tests: list[str], timeout: float) -> str:
+    command = (
+        f"{sys.executable} -m pytest -x -q -p no:cacheprovider -o addopts='' "
+        + " ".join(tests)
+    )
+    listed = ", ".join(f'"{m}"' for m in modules)
+    return (
+        "[cosmic-ray]\n"
+        f"module-path = [{listed}]\n"
+        f"timeout = {timeout}\n"
+        "excluded-modules = []\n"
+        f'test-command = "{command}"\n'
+        "\n[cosmic-ray.distributor]\n"
+        'name = "local"\n'
+    )
+
+
+def _equivalents() -> dict[tuple[str, int, str], str]:
+    if not EQUIVALENT.exists():
+        return {}
+    with EQUIVALENT.open(encoding="utf-8") as handle:
+        rows = [r for r in csv.reader(handle, delimiter="\t") if r and not r[0].startswith("#")]
+    return {(module, int(line), operator): reason for module, line, operator, reason in rows}
+
+
+def _run_area(area: str, root: Path, sample: int, seed: int, timeout: float) -> Outcome:
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    patterns, tests = AREAS[area]
+    modules = _modules(root, patterns)
+    outcome = Outcome(area, survivors=[], explained=[])
+    if not modules:
+        return outcome
+    slug = area.replace("/", "_")
+    config = root / f"mutation-{slug}.toml"
+    session = root / f"mutation-{slug}.sqlite"
+    config.write_text(_config(modules, tests, timeout), encoding="utf-8")
+    cosmic_ray = str(Path(sys.executable).parent / "cosmic-ray")
+    subprocess.run([cosmic_ray, "init", str(config), str(session)], cwd=root, check=True)
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        spans: dict = {}
+        items = list(db.work_items)
+        skipped = [item.job_id for item in items if _in_annotation(root, item, spans)]
+        items = [item for item in items if item.job_id not in set(skipped)]
+        if sample and len(items) > sample:
+            kept = set(random.Random(seed).sample(range(len(items)), sample))
+            skipped += [item.job_id for i, item in enumerate(items) if i not in kept]
+        if skipped:
+            db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+    subprocess.run(
+        [cosmic_ray, "exec", str(config), str(session)],
+        cwd=root,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    equivalent = _equivalents()
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item, result in db.completed_work_items:
+            if result.worker_outcome == WorkerOutcome.SKIPPED:
+                continue
+            mutation = item.mutations[0]
+            line = mutation.start_pos[0]
+            module = str(mutation.module_path)
+            if result.test_outcome == TestOutcome.SURVIVED:
+                reason = equivalent.get((module, line, mutation.operator_name))
+                if reason is not None:
+                    outcome.explained.append((module, line, mutation.operator_name, reason))
+                    continue
+                outcome.survivors.append(
+                    (module, line, mutation.operator_name, result.diff or "")
+                )
+            else:
+                outcome.killed += 1
+            outcome.run += 1
+    return outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--areas", default=",".join(AREAS), help="comma-separated area names")
+    parser.add_argument("--sample", type=int, default=15, help="mutants per area; 0 for all")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=2, help="areas mutated at once")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant")
+    args = parser.parse_args(argv)
+    areas = [a for a in args.areas.split(",") if a]
+    unknown = [a for a in areas if a not in AREAS]
+    if unknown:
+        parser.error(f"unknown area(s) {', '.join(unknown)}; known: {', '.join(AREAS)}")
+    with tempfile.TemporaryDirectory(prefix="npu-mutation-") as tmp:
+        roots = []
+        for i in range(min(args.jobs, len(areas))):
+            root = Path(tmp) / f"worker{i}"
+            _copy_checkout(root)
+            roots.append(root)
+        with ThreadPoolExecutor(max_workers=len(roots)) as pool:
+            # One area at a time per copy: cosmic-ray edits that copy's files in place.
+            chunks = [areas[i :: len(roots)] for i in range(len(roots))]
+            futures = [
+                pool.submit(
+                    lambda chunk, root: [
+                        _run_area(a, root, args.sample, args.seed, args.timeout) for a in chunk
+                    ],
+                    chunk,
+                    root,
+                )
+                for chunk, root in zip(chunks, roots)
+            ]
+            outcomes = {o.area: o for f in futures for o in f.result()}
+    print(f"mutation score (seed {args.seed}, {args.sample or 'all'} mutants per area)")
+    print(f"{'area':24} {'killed/run':>12} {'score':>7}")
+    for area in areas:
+        o = outcomes[area]
+        score = f"{100 * o.killed / o.run:.0f}%" if o.run else "-"
+        print(f"{area:24} {f'{o.killed}/{o.run}':>12} {score:>7}")
+    for area in areas:
+        for module, line, operator, reason in outcomes[area].explained or []:
+            print(f"\nequivalent {module}:{line} {operator}: {reason}")
+        for module, line, operator, diff in outcomes[area].survivors or []:
+            print(f"\nSURVIVED [{area}] {module}:{line} {operator}\n{diff.rstrip()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
