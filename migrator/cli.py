@@ -189,6 +189,14 @@ def _write_stdout(data: bytes) -> None:
     "NPULossScaleOptimizer with a dynamic scale (the vendor guide's values) or a fixed scale N.",
 )
 @click.option(
+    "--target",
+    type=click.Choice(["npulossscale", "npu-bridge"]),
+    default="npulossscale",
+    show_default=True,
+    help="What the ported TF1 code imports: npu_lossscale, or the Ascend adapter's own classes "
+    "(from npu_bridge.npu_init import *), for hosts that keep only the vendor's runtime.",
+)
+@click.option(
     "--color/--no-color",
     default=None,
     help="Colour the diff [default: when stdout is a terminal and NO_COLOR is unset].",
@@ -213,6 +221,7 @@ def cli(
     quiet: bool,
     distributed: str,
     add_loss_scale: str | None,
+    target: str,
     color: bool | None,
 ) -> None:
     """Port loss-scaling scripts to npu_lossscale: TF1 (tf.contrib.mixed_precision, tf.train),
@@ -236,6 +245,7 @@ def cli(
         jobs=jobs or _available_cpus(),
         distributed=distributed,
         add_loss_scale=add_loss_scale,
+        target=target,
     )
     result = run(
         found.files,

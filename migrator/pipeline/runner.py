@@ -73,6 +73,7 @@ class RunConfig:
     jobs: int = 1
     distributed: str = "auto"
     add_loss_scale: str | None = None
+    target: str = "npulossscale"
 
 
 @dataclass
@@ -299,6 +300,7 @@ def run(
         options = MigrateOptions(
             distributed=config.distributed,  # type: ignore[arg-type]
             add_loss_scale=config.add_loss_scale,
+            target=config.target,
             reexports=frozenset(reexports),
         )
         items = [(s.display, data) for s, data in pending]

@@ -25,6 +25,7 @@ from migrator.codemods.port import (
     port_torch,
 )
 from migrator.codemods.shared.add_loss_scale_choice import manager_call
+from migrator.codemods.targets import npu_bridge
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline import slicing
 from migrator.selection.prefilter import might_need_loss_scale_port, might_need_torch_port
@@ -42,12 +43,15 @@ class MigrateOptions:
 
     distributed: Distributed = "auto"
     add_loss_scale: str | None = None  # 'dynamic' or a fixed scale: see codemods.add_loss_scale
+    target: str = "npulossscale"  # or 'npu-bridge': see codemods.targets.npu_bridge
     # (module, name) pairs other files of the run import (migrator.selection.reexports): kept bound
     reexports: frozenset[tuple[str, str]] = frozenset()
 
     def __post_init__(self) -> None:
         if self.add_loss_scale is not None:
             manager_call(self.add_loss_scale)  # raises ValueError on a bad value
+        if self.target not in npu_bridge.TARGETS:
+            raise ValueError(f"target must be one of {npu_bridge.TARGETS}, got {self.target!r}")
         if self.distributed not in ("auto", "always", "never"):
             raise ValueError(
                 f"distributed must be 'auto', 'always' or 'never', got {self.distributed!r}"
@@ -197,15 +201,34 @@ def is_cheap_to_finish(prepared: PreparedFile, plan: ProjectPlan) -> bool:
 
 def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> MigrationResult:
     """Combine a prepared file with the project plan into the file's final result."""
+    result = _finish(prepared, plan, options)
+    if options.target != "npu-bridge" or not result.changed:
+        return result
+    done = npu_bridge.retarget(result.path, result.new_source)
+    if done is None:
+        return result
+    old, new = parse(result.old_source).code, parse(result.new_source).code
+    added = _map_lines(done.findings, old, new)
+    if done.source is None:  # the file stays as it was; the port's warnings still hold for it
+        kept = [f for f in result.findings if f.kind != "change"]
+        return dataclasses.replace(
+            result, new_source=result.old_source, findings=_sorted([*kept, *added])
+        )
+    return dataclasses.replace(
+        result, new_source=done.source, findings=_sorted([*result.findings, *added])
+    )
+
+
+def _finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> MigrationResult:
     if prepared.view is not None:
-        result = finish(dataclasses.replace(prepared, view=None), plan, options)
+        result = _finish(dataclasses.replace(prepared, view=None), plan, options)
         expanded = prepared.view.expand(result)
         if expanded is not None:
             return expanded
         whole = prepare_source(
             prepared.view.original, path=prepared.path, options=options, whole=True
         )
-        return finish(whole, plan, options)
+        return _finish(whole, plan, options)
     step_plan = _step_plan(prepared, plan)
     if global_step.touches(step_plan, prepared.path):
         result = _migrate_moved(prepared.source, prepared.path, options, step_plan)
