@@ -18,9 +18,15 @@ and this step only changes the spelling:
   so the report says to add that wrapper unless the file all-reduces gradients already (Horovod's
   `DistributedOptimizer`, a tf.distribute strategy).
 
-A file whose port needs more than the adapter's TF1 classes (the Keras or PyTorch front-ends, the
-logging hook) is left as it was, with a warning saying why: half of it on the adapter and half on
-npu_lossscale would defeat the point of the target.
+A Keras port targets the adapter's Keras class for TensorFlow 2.6.5 (Keras 2), which the vendor
+documents as `npu_device`'s `npu.train.optimizer.NpuLossScaleOptimizer(inner_optimizer, dynamic,
+initial_scale, dynamic_growth_steps)`, a subclass of Keras 2's LossScaleOptimizer: the import
+becomes `import npu_device as npu` and each use of the class that one, with only those four
+arguments (the others are dropped and reported as lost).
+
+A file whose port needs more than that (the PyTorch front-end, the logging hook, `from_manager`)
+is left as it was, with a warning saying why: half of it on the adapter and half on npu_lossscale
+would defeat the point of the target.
 """
 
 from __future__ import annotations
@@ -52,6 +58,9 @@ ADAPTER_PARAMETERS: dict[str, tuple[str, ...]] = {
     "NPULossScaleOptimizer": ("opt", "loss_scale_manager", "is_distributed"),
 }
 _MANAGERS = ("FixedLossScaleManager", "ExponentialUpdateLossScaleManager")
+# The adapter's Keras class (TF 2.6.5, `import npu_device as npu`) and what it takes.
+KERAS_CLASS = "npu.train.optimizer.NpuLossScaleOptimizer"
+KERAS_PARAMETERS = ("inner_optimizer", "dynamic", "initial_scale", "dynamic_growth_steps")
 _IMPORT = "from npu_bridge.npu_init import *\n"
 # What in a file shows that it all-reduces gradients itself, so the adapter's distributed
 # wrapper must not be added a second time.
@@ -96,7 +105,8 @@ def retarget(path: str, ported: bytes) -> Retargeted | None:
                 )
             ],
         )
-    rewriter = _Rewriter(survey.managers)
+    alias = "npu" if "npu" not in survey.bound else "npu_device"
+    rewriter = _Rewriter(survey.managers, survey.keras, alias)
     retargeted = module.visit(rewriter)
     return Retargeted(retargeted.bytes, _findings(path, module, rewriter, line))
 
@@ -108,6 +118,19 @@ class _Survey(cst.CSTVisitor):
         self.imports: list[cst.ImportFrom] = []
         self.unsupported: list[tuple[cst.CSTNode, str]] = []
         self.managers: set[str] = set()
+        self.keras: set[str] = set()  # names bound to npu_lossscale.keras.LossScaleOptimizer
+        self.bound: set[str] = set()  # every name the module binds at its top level
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.bound.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if (
+            isinstance(node.value, cst.Name)
+            and node.value.value in self.keras
+            and node.attr.value != "__name__"
+        ):
+            self.unsupported.append((node, f"`{node.value.value}.{node.attr.value}` (ours only)"))
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         for statement in node.body:
@@ -123,6 +146,16 @@ class _Survey(cst.CSTVisitor):
                         imported = _dotted(alias.name)
                         if imported not in ADAPTER_PARAMETERS or alias.asname is not None:
                             self.unsupported.append((node, f"npu_lossscale's `{imported}`"))
+                elif name == "npu_lossscale.keras" and not isinstance(
+                    statement.names, cst.ImportStar
+                ):
+                    self.imports.append(statement)
+                    for alias in statement.names:
+                        imported = _dotted(alias.name)
+                        if imported != "LossScaleOptimizer":
+                            self.unsupported.append((node, f"npu_lossscale.keras's `{imported}`"))
+                        else:
+                            self.keras.add(_dotted(alias.asname.name) if alias.asname else imported)
                 elif name.startswith("npu_lossscale."):
                     self.unsupported.append(
                         (node, f"`{name}` (npu_lossscale's {_front_end(name)})")
@@ -153,28 +186,37 @@ def _dotted(node: cst.BaseExpression) -> str:
 
 
 class _Rewriter(cst.CSTTransformer):
-    def __init__(self, managers: set[str]) -> None:
+    def __init__(self, managers: set[str], keras: set[str], alias: str) -> None:
         super().__init__()
         self.managers = managers
+        self.keras = keras
+        self.keras_class = cst.parse_expression(KERAS_CLASS.replace("npu.", f"{alias}.", 1))
+        self.keras_import = f"import npu_device as {alias}\n" if alias != "npu_device" else (
+            "import npu_device\n"
+        )
         self.import_done = False
         self.dropped: list[tuple[cst.Call, str, str]] = []  # original call, class, argument
         self.called_managers: list[cst.Call] = []
         self.distributed: list[cst.Call] = []
         self.imports: list[cst.SimpleStatementLine] = []
+        self.attributes: set[int] = set()
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine | cst.RemovalSentinel:
         ours = [
-            s
+            _dotted(s.module)
             for s in original_node.body
             if isinstance(s, cst.ImportFrom)
             and s.module is not None
-            and _dotted(s.module) == "npu_lossscale"
+            and _dotted(s.module) in ("npu_lossscale", "npu_lossscale.keras")
         ]
         if not ours:
             return updated_node
         self.imports.append(original_node)
+        if ours[0] == "npu_lossscale.keras":
+            statement = cst.parse_statement(self.keras_import)
+            return statement.with_changes(leading_lines=updated_node.leading_lines)
         if self.import_done:
             return cst.RemoveFromParent()
         self.import_done = True
@@ -189,14 +231,31 @@ class _Rewriter(cst.CSTTransformer):
             return cst.Call(
                 func=cst.Attribute(value=updated_node.func, attr=cst.Name("get_loss_scale"))
             )
+        if isinstance(func, cst.Name) and func.value in self.keras:
+            return self._keep_accepted(original_node, updated_node, "NpuLossScaleOptimizer",
+                                       KERAS_PARAMETERS).with_changes(func=self.keras_class)
         if not isinstance(func, cst.Name) or func.value not in ADAPTER_PARAMETERS:
             return updated_node
-        accepted = ADAPTER_PARAMETERS[func.value]
+        return self._keep_accepted(original_node, updated_node, func.value,
+                                   ADAPTER_PARAMETERS[func.value])
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.attributes.add(id(node.attr))  # `x.LossScaleOptimizer` is not our class
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        # Other uses of the Keras class (isinstance checks, annotations) name the adapter's.
+        if original_node.value in self.keras and id(original_node) not in self.attributes:
+            return self.keras_class
+        return updated_node
+
+    def _keep_accepted(
+        self, original_node: cst.Call, updated_node: cst.Call, cls: str, accepted: tuple[str, ...]
+    ) -> cst.Call:
         args = []
         for arg in updated_node.args:
             keyword = arg.keyword.value if arg.keyword is not None else None
             if keyword is not None and keyword not in accepted:
-                self.dropped.append((original_node, func.value, keyword))
+                self.dropped.append((original_node, cls, keyword))
                 continue
             if keyword == "is_distributed" and not (
                 isinstance(arg.value, cst.Name) and arg.value.value == "False"
@@ -218,8 +277,9 @@ def _findings(
             path,
             line(rewriter.imports[0]),
             CHANGE,
-            "imports the Ascend adapter's classes (`from npu_bridge.npu_init import *`, as the "
-            "vendor's guide writes it) instead of npu_lossscale's",
+            "imports the Ascend adapter's classes (`from npu_bridge.npu_init import *`; for Keras "
+            "`import npu_device as npu`, its TF 2.6.5 NpuLossScaleOptimizer), as the vendor's "
+            "documentation writes it, instead of npu_lossscale's",
         )
     ]
     for call, cls, keyword in rewriter.dropped:
