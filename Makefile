@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench mutate clean
+.PHONY: install demo test lint bench mutate clean stack-venvs test-stacks test-tf115 test-tf265
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +26,56 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# The stack venvs are built first: tests of the main suite also run scripts on TF 1.15 (the
+# unported and ported BERT-style LAMB on reference variables) where .venv-tf115 exists.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(MAKE) --no-print-directory stack-venvs
 	$(PY) -m pytest
+	$(MAKE) --no-print-directory test-stacks
+
+# The older stacks Ascend's TensorFlow adapter runs on, each in its own venv built from the
+# machine's pyenv interpreter and cached like .venv: TF 1.15 on Python 3.7, TF 2.6.5 on 3.9.
+# TensorFlow and its pins go in first, then the checkout as the README installs it (editable here,
+# so that test subprocesses import the work tree); the pins are repeated so that the test tools'
+# own dependencies (pytest's typing-extensions) cannot move them either. Only the tests marked `stacks` run there (what differs per stack).
+# A missing interpreter skips that stack with one line saying what to install, never silently.
+PYTHON_tf115 ?= 3.7.16
+PINS_tf115 ?= tensorflow==1.15.5 'protobuf<3.21' 'h5py<3'
+PYTHON_tf265 ?= 3.9.18
+PINS_tf265 ?= tensorflow-cpu==2.6.5 'protobuf<3.21'
+pyenv_python = $(firstword $(wildcard $(addsuffix /bin/python3, \
+	$(shell pyenv prefix $(1) 2>/dev/null) $(HOME)/.pyenv/versions/$(1))))
+
+.venv-%/.installed: pyproject.toml
+	rm -rf .venv-$*
+	$(call pyenv_python,$(PYTHON_$*)) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-$*/bin/python -m pip install --quiet $(PINS_$*)
+	.venv-$*/bin/python -m pip install --quiet $(PINS_$*) -e '.[test]'
+	@# npu-migrate must refuse this Python with exit 2 and one sentence, not crash on an import.
+	.venv-$*/bin/npu-migrate --help 2>/dev/null; test $$? -eq 2
+	touch $@
+
+test-stacks: test-tf115 test-tf265
+
+stack-venvs:
+	@for stack in tf115 tf265; do \
+		if [ -n "$$($(MAKE) --no-print-directory -s pyenv-python-$$stack)" ]; then \
+			$(MAKE) --no-print-directory .venv-$$stack/.installed || exit 1; \
+		fi; \
+	done
+
+pyenv-python-%:
+	@echo $(call pyenv_python,$(PYTHON_$*))
+
+test-tf115 test-tf265: test-%:
+	@if [ -z "$(call pyenv_python,$(PYTHON_$*))" ]; then \
+		echo "SKIPPED $* stack tests: no Python $(PYTHON_$*) (install it: pyenv install $(PYTHON_$*))"; \
+	else \
+		$(MAKE) --no-print-directory .venv-$*/.installed && \
+		.venv-$*/bin/python -m pytest -m stacks tests/library; \
+	fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -46,4 +93,4 @@ mutate: $(STAMP)
 	$(PY) benchmarks/mutation.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) .venv-tf115 .venv-tf265 build *.egg-info .pytest_cache

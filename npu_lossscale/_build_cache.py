@@ -70,18 +70,30 @@ def log_unused_once(state: dict[str, object], level: int, message: str, *args: o
         logger.log(level, message, *args)
 
 
+def failure_record(library: Path) -> Path:
+    """Where a failed compile of ``library`` is remembered: beside it, in the same cache
+    directory, so it holds for exactly the sources, framework build and flags that failed."""
+    return library.with_name(library.name + ".failed")
+
+
 def build(library: Path, command: Callable[[Path], list[str]], label: str) -> Path:
     """Compile ``library`` with ``command(output)`` unless it exists; returns its path.
 
-    Raises RuntimeError with the compiler's first error line when the compile fails.
+    Raises RuntimeError with the compiler's first error line when the compile fails. A failed
+    compile is remembered (``failure_record``), so later processes raise the same error at once
+    instead of spending the compile again (7-40 s of g++ each): it could only fail the same way,
+    since everything it depends on is in the cache directory's name. Deleting the record retries.
     """
     import fcntl  # POSIX only: imported here, so that elsewhere a build fails instead of an import
 
     library.parent.mkdir(parents=True, exist_ok=True)
+    failed = failure_record(library)
     with open(library.parent / ".lock", "w") as lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         if library.exists():
             return library
+        if failed.exists():
+            raise RuntimeError(f"{failed.read_text().strip()} (remembered in {failed})")
         handle, temp_name = tempfile.mkstemp(suffix=library.suffix, dir=library.parent)
         os.close(handle)
         temp = Path(temp_name)
@@ -97,8 +109,9 @@ def build(library: Path, command: Callable[[Path], list[str]], label: str) -> Pa
             )
             if done.returncode != 0:
                 errors = [line for line in done.stderr.splitlines() if "error" in line]
-                message = first_line(errors[0] if errors else done.stderr)
-                raise RuntimeError(f"{compiler()} failed: {message}")
+                message = f"{compiler()} failed: {first_line(errors[0] if errors else done.stderr)}"
+                failed.write_text(message + "\n")
+                raise RuntimeError(message)
             os.replace(temp, library)
             logger.info(
                 "npu_lossscale: %s built in %.1f s into %s",
@@ -107,5 +120,6 @@ def build(library: Path, command: Callable[[Path], list[str]], label: str) -> Pa
                 library,
             )
         finally:
-            temp.unlink(missing_ok=True)
+            if temp.exists():  # Path.unlink(missing_ok=) needs Python 3.8
+                temp.unlink()
     return library

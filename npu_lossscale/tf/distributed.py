@@ -19,10 +19,11 @@ by name or takes any object with an ``all_reduce_sum(tensor) -> tensor`` method.
 
 from __future__ import annotations
 
+import abc
 import importlib
 import importlib.util
 import sys
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import tensorflow as tf
 
@@ -50,15 +51,23 @@ class NoDistributedEngineError(RuntimeError):
     ag_pass_through = True
 
 
-@runtime_checkable
-class Reducer(Protocol):
+class Reducer(abc.ABC):
     """What the optimizer needs from an engine: a sum of a float32 scalar over all workers.
 
     The method is called where ``apply_gradients`` is called (inside the replica function under
-    tf.distribute) and must return the same value on every worker/replica.
+    tf.distribute) and must return the same value on every worker/replica. Any object with that
+    method counts as one (``isinstance`` checks the method, as a runtime-checkable Protocol
+    would; typing.Protocol itself needs Python 3.8).
     """
 
+    @abc.abstractmethod
     def all_reduce_sum(self, tensor: tf.Tensor) -> tf.Tensor: ...
+
+    @classmethod
+    def __subclasshook__(cls, other: type) -> object:
+        if cls is Reducer and callable(getattr(other, "all_reduce_sum", None)):
+            return True
+        return NotImplemented
 
 
 class TFDistributeReducer:

@@ -38,14 +38,17 @@ def _state_variable(initial_value: object, dtype: tf.DType, name: str) -> tf.Var
     manager inside one misorders the graph) and lifts creation out of a tf.function. Resource
     variables, not TF1 reference variables, because TF2's functional tf.cond/while_loop (used
     in tf.compat.v1 graphs too) cannot assign to reference variables inside a branch, and on
-    Ascend the train op usually runs inside such a loop (iterations_per_loop).
+    Ascend the train op usually runs inside such a loop (iterations_per_loop). Asked for
+    explicitly, since TF 1.15's graphs (and ``disable_resource_variables()``) default to
+    reference variables.
     """
     with tf.init_scope():
-        variable = tf.Variable(
+        variable = tf.compat.v1.Variable(
             initial_value,
             dtype=dtype,
             trainable=False,
             name=name,
+            use_resource=True,
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
     return variable
@@ -63,9 +66,10 @@ def _scale_tensor_for_fetching(scale: tf.Variable | float) -> tf.Tensor | None:
     with tf.init_scope():
         if tf.executing_eagerly():
             return None
-        if isinstance(scale, tf.Variable):
-            return tf.identity(scale.read_value(), name=SCALE_TENSOR_NAME)
-        return tf.constant(scale, dtype=tf.float32, name=SCALE_TENSOR_NAME)
+        if isinstance(scale, float):
+            return tf.constant(scale, dtype=tf.float32, name=SCALE_TENSOR_NAME)
+        # A variable; under a TF 1.15 strategy a MirroredVariable, which is no tf.Variable there.
+        return tf.identity(scale.read_value(), name=SCALE_TENSOR_NAME)
 
 
 def _reusable_here(shared: tf.Tensor | None) -> bool:

@@ -13,6 +13,8 @@ import tensorflow as tf
 
 import npu_lossscale as nl
 
+pytestmark = pytest.mark.stacks
+
 STEPS = 150
 
 

@@ -11,6 +11,8 @@ import pytest
 from npu_lossscale import modes
 from npu_lossscale.modes import FP16_SATURATION_VALUE, OverflowMode, resolve_overflow_mode
 
+pytestmark = pytest.mark.stacks
+
 
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch):

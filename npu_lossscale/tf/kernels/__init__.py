@@ -135,7 +135,9 @@ def _elsewhere_reason() -> str | None:
     gradient back to the host."""
     if any(importlib.util.find_spec(name) for name in ("npu_bridge", "npu_device")):
         return "an Ascend adapter is installed (the graph runs on the NPU)"
-    if tf.config.list_physical_devices("GPU"):
+    # tf.config.list_physical_devices is TF 2.1+; TF 1.15 has only the experimental name.
+    list_devices = getattr(tf.config, "list_physical_devices", None)
+    if (list_devices or tf.config.experimental.list_physical_devices)("GPU"):
         return "GPUs are visible (the op is CPU-only)"
     return None
 
@@ -164,15 +166,30 @@ def _library_locked() -> tuple[ModuleType | None, str | None]:
 
 
 def _build_command(output: Path) -> list[str]:
+    compile_flags = tf.sysconfig.get_compile_flags()
     return [
         _build_cache.compiler(),
         *_build_cache.CXXFLAGS,
+        *_language_standard(compile_flags),
         *(str(source) for source in SOURCES),
         "-o",
         str(output),
-        *tf.sysconfig.get_compile_flags(),
+        *compile_flags,
         *tf.sysconfig.get_link_flags(),
     ]
+
+
+def _language_standard(compile_flags: list[str]) -> list[str]:
+    """The C++ standard this TensorFlow's headers were built for, where its flags do not say.
+
+    Recent releases name it in their compile flags (TF 2.21: ``--std=c++17``); TF 1.15 and 2.6
+    do not, and were built as C++14: their headers compiled under g++'s newer default standard
+    declare other symbols (``string_view`` overloads) than the library exports, and the op
+    fails to load with an undefined symbol.
+    """
+    if any(flag.lstrip("-").startswith("std=") for flag in compile_flags):
+        return []
+    return ["-std=c++14"]
 
 
 def _cache_dir() -> Path:

@@ -33,6 +33,10 @@ using tensorflow::Status;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
 using tensorflow::Var;
+// TensorFlow's own 64-bit integer: `long long` up to TF 2.6 (1.15's headers take no int64_t* in
+// GetAttr), std::int64_t (`long`) in later releases. Named through the type TensorFlow maps
+// DT_INT64 to, so one source compiles against either.
+using TfInt64 = tensorflow::EnumToDataType<DT_INT64>::Type;
 
 REGISTER_OP("NpuLossScaleUpdate")
     .Input("finite: bool")
@@ -85,8 +89,8 @@ class NpuLossScaleUpdateOp : public OpKernel {
     const float scale = vars[0]->tensor()->flat<float>()(0);
     const int32_t good = vars[1]->tensor()->flat<int32_t>()(0);
     const int32_t bad = vars[2]->tensor()->flat<int32_t>()(0);
-    const int64_t skipped = vars[3]->tensor()->flat<int64_t>()(0);
-    const int64_t at_floor = vars[4]->tensor()->flat<int64_t>()(0);
+    const TfInt64 skipped = vars[3]->tensor()->flat<TfInt64>()(0);
+    const TfInt64 at_floor = vars[4]->tensor()->flat<TfInt64>()(0);
 
     const bool grow = good + 1 >= incr_every_;
     float grown = scale * incr_ratio_;
@@ -101,18 +105,18 @@ class NpuLossScaleUpdateOp : public OpKernel {
     const float new_scale = finite ? (grow ? grown : scale) : (shrink ? shrunk : scale);
     const int32_t new_good = (finite && !grow) ? good + 1 : 0;
     const int32_t new_bad = finite ? (grow ? 0 : bad) : (shrink ? 0 : bad + 1);
-    const int64_t new_at_floor = (!finite && scale <= min_scale_) ? at_floor + 1 : 0;
-    const int64_t new_skipped = skipped + (finite ? 0 : 1);
+    const TfInt64 new_at_floor = (!finite && scale <= min_scale_) ? at_floor + 1 : 0;
+    const TfInt64 new_skipped = skipped + (finite ? 0 : 1);
 
     Store<float>(ctx, vars[0].get(), new_scale);
     Store<int32_t>(ctx, vars[1].get(), new_good);
     Store<int32_t>(ctx, vars[2].get(), new_bad);
-    Store<int64_t>(ctx, vars[3].get(), new_skipped);
-    Store<int64_t>(ctx, vars[4].get(), new_at_floor);
+    Store<TfInt64>(ctx, vars[3].get(), new_skipped);
+    Store<TfInt64>(ctx, vars[4].get(), new_at_floor);
 
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<int64_t>()() = new_at_floor;
+    out->scalar<TfInt64>()() = new_at_floor;
   }
 
  private:
@@ -124,8 +128,8 @@ class NpuLossScaleUpdateOp : public OpKernel {
     *var->tensor() = fresh;
   }
 
-  int64_t incr_every_ = 1;
-  int64_t decr_every_ = 1;
+  TfInt64 incr_every_ = 1;
+  TfInt64 decr_every_ = 1;
   float incr_ratio_ = 2.0f;
   float decr_ratio_ = 0.5f;
   float min_scale_ = 1.0f;

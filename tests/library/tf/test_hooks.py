@@ -14,6 +14,8 @@ import tensorflow as tf
 import npu_lossscale as nl
 from npu_lossscale.tf.hooks import SCALE_TAG, SKIPPED_TAG
 
+pytestmark = pytest.mark.stacks
+
 
 def train_with_hook(tmp_path, make_hook, ks):
     graph = tf.Graph()

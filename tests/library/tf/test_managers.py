@@ -89,6 +89,7 @@ def _state_vars(manager):
 # ---- the update rule, step by step ---------------------------------------------------------
 
 
+@pytest.mark.stacks
 @pytest.mark.parametrize("name", sorted(HYPER_SETS))
 def test_rule_matches_reference_in_graph_mode(name):
     init, hyper, p_finite = HYPER_SETS[name]
@@ -204,6 +205,7 @@ def test_max_loss_scale_clamps_an_increase_past_float32_range():
 # ---- Fixed manager -------------------------------------------------------------------------
 
 
+@pytest.mark.stacks
 def test_fixed_manager_graph_mode():
     g = tf.Graph()
     with g.as_default():
@@ -280,6 +282,7 @@ def test_get_loss_scale_adds_no_ops_after_the_first(kind):
     assert first.name == "loss_scale:0"
 
 
+@pytest.mark.stacks
 def test_vendor_loop_reads_the_scale_every_step_of_a_finalized_graph():
     # The vendor guide's loop, sess.run([manager.get_loss_scale(), train_op]), inside
     # MonitoredTrainingSession, which finalizes the graph. The scale fetched with a step is the
@@ -327,6 +330,7 @@ def test_a_read_under_control_dependencies_gets_its_own_op_and_waits_for_them():
             assert sess.run(shared) == 64.0
 
 
+@pytest.mark.stacks
 @pytest.mark.parametrize("control_flow_v2", [False, True], ids=["v1-while", "v2-while"])
 def test_a_read_inside_a_while_loop_is_taken_every_iteration(control_flow_v2):
     # Ascend's iterations_per_loop runs the train op in a while_loop: each iteration must read
@@ -386,6 +390,7 @@ def test_variables_are_non_trainable_globals_with_stable_names():
             assert sess.run(manager.get_loss_scale()) == 65536.0
 
 
+@pytest.mark.stacks
 def test_update_inside_tf_cond_branch_in_graph_mode():
     # An optimizer may update the scale inside one branch of tf.cond (functional cond_v2 in TF2
     # graphs); that needs resource variables.
@@ -423,6 +428,7 @@ def _graph_state(sess, manager):
     return ReferenceState(np.float32(scale), int(good), int(bad), int(skipped))
 
 
+@pytest.mark.stacks
 def test_saver_round_trip_continues_from_restored_state(tmp_path):
     hyper = dict(incr_every_n_steps=3, decr_every_n_nan_or_inf=2, incr_ratio=2, decr_ratio=0.5)
     before = [True, True, True, True, False, True]
@@ -480,6 +486,7 @@ class _VendorFaqHook(tf.compat.v1.train.SessionRunHook):
         self.printed.append("loss scale value=%d" % run_values.results[0])  # noqa: UP031
 
 
+@pytest.mark.stacks
 def test_vendor_faq_hook_fetches_the_scale_by_name():
     # tf.contrib's scale was a reference variable named loss_scale, so 'loss_scale:0' was its
     # value; the hook must print the scale, not fail on a resource handle.
@@ -525,6 +532,7 @@ def _embedding_loss() -> tuple[tf.Tensor, list[tf.Variable]]:
     return tf.reduce_sum(rows * rows), list(table)
 
 
+@pytest.mark.stacks
 def test_gpu_checkpoint_restores_with_a_name_map(tmp_path):
     # What the original GPU script saved after a few steps: its model, Adam's slots, the global
     # step, and tf.contrib's reference variables loss_scale, good_steps and bad_steps. The port
@@ -632,6 +640,7 @@ def test_stuck_guard_raises_eagerly_after_n_skips_at_floor():
     _assert_stuck_message(err.value.message)
 
 
+@pytest.mark.stacks
 def test_stuck_guard_fails_the_session_run_in_graph_mode():
     g = tf.Graph()
     with g.as_default():
@@ -655,6 +664,7 @@ def test_stuck_guard_is_off_by_default():
     assert manager.get_loss_scale().numpy() == 2.0
 
 
+@pytest.mark.stacks
 def test_stuck_guard_resets_on_a_clean_step():
     g = tf.Graph()
     with g.as_default():
@@ -778,6 +788,7 @@ def _update_graph(init, hyper, fused: bool, monkeypatch):
     return session, finite, after, has_op
 
 
+@pytest.mark.stacks
 @pytest.mark.parametrize("name", sorted(HYPER_SETS))
 def test_fused_update_is_bit_identical_to_the_pure_tf_update(name, monkeypatch):
     from npu_lossscale.tf import kernels
@@ -798,6 +809,7 @@ def test_fused_update_is_bit_identical_to_the_pure_tf_update(name, monkeypatch):
     plain[0].close()
 
 
+@pytest.mark.stacks
 def test_fused_update_leaves_a_value_read_earlier_in_the_step_alone(monkeypatch):
     """The op writes fresh buffers: a read taken before it in the same run keeps the old value."""
     from npu_lossscale.tf import kernels

@@ -21,6 +21,9 @@ from chip import saturate
 import npu_lossscale as nl
 from npu_lossscale.tf import kernels
 
+# TF1 graphs with get_variable's default kind: reference variables on TF 1.15, resource on 2.x.
+pytestmark = pytest.mark.stacks
+
 SCALE = 1024.0
 X = np.array([[1.0, 2.0, 3.0, 4.0]], np.float32)
 SATURATING_K = 100.0  # scaled gradient of w[3, :] = 1024 * 100 * 4 = 409600 >= 65504, finite
