@@ -147,10 +147,20 @@ def test_unported_lamb_reads_the_old_step_on_tensorflow_2(trees: tuple[Path, Pat
 
 
 @pytest.mark.skipif(
-    not TF115.exists(), reason="the TF 1.15 stack (.venv-tf115, `make stacks`) is not built"
+    not TF115.exists(), reason="the TF 1.15 stack (.venv-tf115, `make stack-venvs`) is not built"
 )
 def test_unported_script_on_tf115_is_the_reference(trees: tuple[Path, Path]) -> None:
     """The original's fp32 run on TF 1.15's default reference variables: the read in LAMB sees
     the step being made. (With resource variables the same unordered read sees the old step there
     too, and writes NaN: the port must not depend on that order, and does not.)"""
     _assert_trains_like_reference(_train(TF115, trees[0], ["lamb:ref:fp32", "adam:ref:fp32"]))
+
+
+@pytest.mark.skipif(
+    not TF115.exists(), reason="the TF 1.15 stack (.venv-tf115, `make stack-venvs`) is not built"
+)
+def test_ported_script_on_tf115_trains_like_the_reference(trees: tuple[Path, Path]) -> None:
+    """Where the scripts were written: TF 1.15, reference variables, with and without fp16."""
+    _assert_trains_like_reference(
+        _train(TF115, trees[1], ["lamb:ref:fp32", "lamb:ref:fp16", "adam:ref:fp16"])
+    )

@@ -99,7 +99,7 @@ def test_the_respelled_port_trains_like_the_default_one(lamb) -> None:
 
 
 @pytest.mark.skipif(
-    not TF115.exists(), reason="the TF 1.15 stack (.venv-tf115, `make stacks`) is not built"
+    not TF115.exists(), reason="the TF 1.15 stack (.venv-tf115, `make stack-venvs`) is not built"
 )
 def test_the_respelled_port_trains_on_tf115_with_reference_variables(lamb) -> None:
     default, bridge, _ = lamb
@@ -113,7 +113,7 @@ def test_the_respelled_port_trains_on_tf115_with_reference_variables(lamb) -> No
 
 def test_the_output_compiles_as_python_37(lamb) -> None:
     if not TF115.exists():
-        pytest.skip("no Python 3.7 interpreter (.venv-tf115, `make stacks`)")
+        pytest.skip("no Python 3.7 interpreter (.venv-tf115, `make stack-venvs`)")
     bridge = lamb[1]
     proc = subprocess.run(
         [str(TF115), "-m", "py_compile", str(bridge / "optimization.py")],
