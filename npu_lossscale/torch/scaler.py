@@ -198,7 +198,8 @@ class GradScaler(torch.amp.GradScaler):
         )
         self._fused = overflow.FusedOp()
         self._last_step_applied: bool | None = None
-        self._previous: list[weakref.ref] = []  # optimizers stepped in the previous update
+        # the optimizers stepped in the previous update, part by part (see step)
+        self._previous: list[list[weakref.ref]] = []
         self._begin_update()
 
     @classmethod
@@ -272,13 +273,25 @@ class GradScaler(torch.amp.GradScaler):
     # -- the training loop -------------------------------------------------------------------
 
     def scale(self, outputs: Any) -> Any:
-        """Multiply the loss (or losses) by the scale, as stock does. In saturation mode on the
-        chip, the update's first call also clears the float status, so that the status read at
-        the step covers exactly this update's forward and backward passes."""
+        """Multiply the loss (or losses) by the scale, as stock does. A call after a step of
+        this update starts a new part of it (see `step`). In saturation mode on the chip, a
+        part's first call also clears the float status, so that the status read at the step
+        covers exactly that part's forward and backward passes."""
+        if self._stepped[-1]:
+            self._new_segment()
         if self._chip_status and self._enabled and not self._status_cleared:
             ascend.clear_float_status(torch.device(self._device))
             self._status_cleared = True
         return super().scale(outputs)
+
+    def _new_segment(self) -> None:
+        """A loss scaled after a step of this update starts a new backward pass: what it writes
+        is judged apart from what was decided before (a GAN's G after D's step), as stock
+        judges every optimizer on its own gradients."""
+        self._earlier = bool(self._earlier) or bool(self._overflowed)
+        self._overflowed = None
+        self._stepped.append([])
+        self._status_cleared = False
 
     def _lazy_init_scale_growth_tracker(self, dev: torch.device) -> None:
         # Called by stock scale() on the first scale(): where is_distributed=True is checked.
@@ -350,21 +363,22 @@ class GradScaler(torch.amp.GradScaler):
         """Unscale (unless `unscale_` did), then run `optimizer.step(*args, **kwargs)` unless
         this update overflowed.
 
-        One decision per update, where stock torch decides per optimizer (with two optimizers
-        it may apply one and skip the other, leaving a model half-updated). The update's first
-        `step()` decides, over its own optimizer, every optimizer already `unscale_`d in this
-        update, and every optimizer stepped in the previous update when that update also stepped
-        this one (their gradients are read, not touched; a loop that alternates optimizers
-        between updates, as a GAN's D and G updates do, leaves stale gradients in the others, and
-        each of its updates is judged on its own optimizers, as stock does); if any overflowed,
-        every optimizer of the update skips. That is all or nothing
-        for the common loops: one backward, then a step per optimizer (dense and sparse
-        optimizers, per-part optimizers), from the second update on, and from the first where
-        each optimizer is `unscale_`d before the first step. An optimizer the decision did not
-        cover (new to the scaler, or whose gradients were computed after it, as in a GAN loop)
-        is checked at its own step and, having overflowed, skipped, as is every later one; the
-        update then counts as skipped. Optimizers whose own `step` supports amp scaling (fused
-        Adam) are treated like any other: their gradients are unscaled here.
+        One decision per backward pass, where stock torch decides per optimizer (with two
+        optimizers it may apply one and skip the other, leaving a model half-updated). An update
+        falls into parts: a loss scaled after a step starts a new one, as a GAN's G loss does
+        after D's step. A part's first `step()` decides, over its own optimizer, every optimizer
+        already `unscale_`d in this update, and the optimizers that shared this one's part in
+        the previous update (their gradients are read, not touched); if any overflowed, every
+        optimizer of the part skips. That is all or nothing for the common loops: one backward,
+        then a step per optimizer (dense and sparse optimizers, per-part optimizers), from the
+        second update on, and from the first where each optimizer is `unscale_`d before the
+        first step. An optimizer the decision did not cover (new to the scaler) is checked at
+        its own step and, having overflowed, skipped, as is every later one of its part. Parts
+        are judged apart, each on its own gradients, as stock judges each optimizer: D's
+        overflow does not skip G's clean step, nor do G's stale gradients, which a GAN loop only
+        zeroes after D's next step, skip D's. The update counts as skipped, and the scale backs
+        off once, when any part overflowed. Optimizers whose own `step` supports amp scaling
+        (fused Adam) are treated like any other: their gradients are unscaled here.
         """
         if not self._enabled:
             return optimizer.step(*args, **kwargs)
@@ -380,7 +394,7 @@ class GradScaler(torch.amp.GradScaler):
         if not self._overflow_so_far(optimizer):
             retval = optimizer.step(*args, **kwargs)
         state["stage"] = OptState.STEPPED
-        self._stepped.append(weakref.ref(optimizer))
+        self._stepped[-1].append(weakref.ref(optimizer))
         return retval
 
     def _overflow_so_far(self, optimizer: torch.optim.Optimizer) -> bool:
@@ -403,7 +417,9 @@ class GradScaler(torch.amp.GradScaler):
         microseconds: together, more than stock torch's whole step.
         """
         states, previous = self._per_optimizer_states, self._previous
-        if len(states) != 1 or len(previous) > 1 or (previous and previous[0]() is not optimizer):
+        if len(states) != 1 or len(previous) > 1 or len(self._stepped) > 1:
+            return None
+        if previous and (len(previous[0]) > 1 or previous[0][0]() is not optimizer):
             return None
         found = states[id(optimizer)]["found_inf_per_device"]
         if len(found) != 1 or self._chip_status:
@@ -422,16 +438,20 @@ class GradScaler(torch.amp.GradScaler):
         ]
 
     def _prechecks(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-        """Read-only checks of the previous update's optimizers not yet unscaled in this one,
-        where the loop steps the same optimizers every update (the one stepping now was among
-        them). A loop that alternates optimizers between updates (a GAN's D update, then G's)
-        leaves stale gradients in the others, which are not this update's to judge. On the chip
-        the float status already covers every gradient since scale()."""
-        if self._chip_status or not any(ref() is optimizer for ref in self._previous):
+        """Read-only checks of the optimizers that shared ``optimizer``'s part of the previous
+        update, not yet unscaled in this one: where a loop steps the same optimizers after one
+        backward every update. A loop that steps optimizers after separate backward passes (a
+        GAN's D, then G, in one update or in two) leaves stale gradients in the others, which
+        are not this part's to judge. On the chip the float status already covers every
+        gradient since scale()."""
+        if self._chip_status:
+            return []
+        part = next((p for p in self._previous if any(r() is optimizer for r in p)), [])
+        if len(part) < 2:
             return []
         scale = self._require_scale("step")
         flags = []
-        for ref in self._previous:
+        for ref in part:
             other = ref()
             if other is None:
                 continue
@@ -477,11 +497,13 @@ class GradScaler(torch.amp.GradScaler):
         self._require_scale("update")
         if new_scale is not None:
             self._set_scale(new_scale)
-            overflowed = bool(self._overflowed)
+            overflowed = bool(self._earlier) or bool(self._overflowed)
             skipped = self._state.skipped + overflowed
             self._finish_update(dataclasses.replace(self._state, skipped=skipped), overflowed)
             return
         overflowed = self._overflowed
+        if self._earlier is not None:  # an earlier part of this update was decided
+            overflowed = self._earlier or bool(overflowed)
         # Optimizers unscale_d but not stepped count too, as in stock; the judged ones are a
         # subset of those with a state, so when the counts match there is nothing left to read.
         unjudged = []
@@ -505,14 +527,15 @@ class GradScaler(torch.amp.GradScaler):
         if changed:
             self._store_scale()
         self._last_step_applied = not overflowed
-        self._previous = self._stepped
+        self._previous = [part for part in self._stepped if part]
         self._begin_update()
 
     def _begin_update(self) -> None:
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
-        self._overflowed: bool | None = None  # None: not decided yet in this update
-        self._judged: set[int] = set()  # optimizers whose flags the decision has read
-        self._stepped: list[weakref.ref] = []
+        self._overflowed: bool | None = None  # None: not decided yet in this part
+        self._earlier: bool | None = None  # whether an earlier part overflowed; None: no part
+        self._judged: set[int] = set()  # optimizers whose flags a decision has read
+        self._stepped: list[list[weakref.ref]] = [[]]  # the optimizers stepped, part by part
         self._status_cleared = False
 
     def _set_scale(self, new_scale: float | torch.Tensor) -> None:
@@ -636,8 +659,12 @@ class GradScaler(torch.amp.GradScaler):
         )
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # Scalers pickled before the fused op was looked up per scaler have no _fused.
+        # Scalers pickled before the fused op was looked up per scaler have no _fused. A scaler
+        # is pickled between updates, so the per-update bookkeeping starts afresh, in this
+        # version's shape whatever the pickle's.
         self.__dict__.update({"_fused": overflow.FusedOp(), **state})
+        self._previous = []
+        self._begin_update()
 
     def __getstate__(self) -> dict[str, Any]:
         if self._enabled and len(self._per_optimizer_states) != 0:
@@ -647,5 +674,5 @@ class GradScaler(torch.amp.GradScaler):
             )
         state = self.__dict__.copy()
         # The scale tensor is rebuilt by the next scale(); optimizers are not the scaler's to keep.
-        state.update(_scale=None, _inv_scale=None, _previous=[], _stepped=[])
+        state.update(_scale=None, _inv_scale=None, _previous=[], _stepped=[[]])
         return state

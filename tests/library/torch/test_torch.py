@@ -845,3 +845,64 @@ def test_overflow_mode_set_after_construction_decides_every_gradient() -> None:
         scaler.step(optimizer)
         scaler.update()
         assert scaler.skipped_steps == skipped, mode
+
+
+def _vits_loop(
+    scaler: torch.amp.GradScaler, unscale_first: bool, overflow_at: tuple[str, int]
+) -> list[tuple[bool, bool, float, list[torch.Tensor]]]:
+    """A GAN/TTS iteration as VITS writes it: D's backward and step, then G's backward (through
+    D, so D's gradients gain G's terms after D stepped) and step, one update() per iteration.
+    Per iteration: whether D stepped, whether G stepped (Adam's step counts), the scale, and
+    every weight."""
+    torch.manual_seed(0)
+    gen, disc = nn.Linear(4, 4), nn.Linear(4, 1)
+    opt_g, opt_d = torch.optim.Adam(gen.parameters(), 0.1), torch.optim.Adam(disc.parameters(), 0.1)
+
+    def steps(optimizer: torch.optim.Optimizer) -> float:
+        return sum(float(s["step"]) for s in optimizer.state.values())
+
+    def backward_and_step(loss: torch.Tensor, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        if unscale_first:
+            scaler.unscale_(opt)
+            torch.stack([p.grad.norm() for p in model.parameters()]).norm()  # VITS's grad norm
+        scaler.step(opt)
+
+    trace = []
+    for it in range(5):
+        noise, real = torch.randn(8, 4), torch.randn(8, 4)
+        d_steps, g_steps = steps(opt_d), steps(opt_g)
+        loss_d = disc(gen(noise).detach()).mean() - disc(real).mean()
+        if overflow_at == ("d", it):
+            loss_d = loss_d * INF
+        backward_and_step(loss_d, disc, opt_d)
+        loss_g = -disc(gen(noise)).mean()
+        if overflow_at == ("g", it):
+            loss_g = loss_g * INF
+        backward_and_step(loss_g, gen, opt_g)
+        scaler.update()
+        weights = [p.detach().clone() for p in [*gen.parameters(), *disc.parameters()]]
+        trace.append((steps(opt_d) > d_steps, steps(opt_g) > g_steps, scaler.get_scale(), weights))
+    return trace
+
+
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+@pytest.mark.parametrize("unscale_first", [True, False])
+@pytest.mark.parametrize("overflow_at", [("g", 1), ("d", 1), ("g", 0), ("g", 4)])
+def test_a_gan_loop_with_one_update_per_iteration_decides_as_stock(
+    mode: str, unscale_first: bool, overflow_at: tuple[str, int]
+) -> None:
+    """VITS-style loop, one scaler, one update() per iteration, D stepped before G's backward:
+    after G overflows, D's next step must not read G's stale inf gradients (which G only zeroes
+    after D has stepped) and skip, halving the scale a second time. Every iteration as stock:
+    which optimizers stepped, the scale, bitwise the weights."""
+    ours = _vits_loop(GradScaler("cpu", 1024.0, overflow_mode=mode), unscale_first, overflow_at)
+    stock = _vits_loop(torch.amp.GradScaler("cpu", 1024.0), unscale_first, overflow_at)
+    for it, (mine, theirs) in enumerate(zip(ours, stock)):
+        assert mine[:3] == theirs[:3], it
+        assert _same(mine[3], theirs[3]), it
+    who, at = overflow_at
+    assert [(d, g) for d, g, _, _ in ours] == [
+        (not (who == "d" and it == at), not (who == "g" and it == at)) for it in range(5)
+    ]
