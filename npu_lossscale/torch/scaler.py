@@ -20,6 +20,7 @@ it has no hysteresis, floor, ceiling or stuck-run guard.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import warnings
 import weakref
@@ -106,9 +107,12 @@ class GradScaler(torch.amp.GradScaler):
     Drop-in for `torch.amp.GradScaler` (and `torch.cuda.amp`'s) and for torch-npu's
     `torch_npu.npu.amp.GradScaler` (`dynamic=`; its state dicts load). Defaults are torch's rule:
     back off by `backoff_factor` on every overflow, grow by `growth_factor` after
-    `growth_interval` clean steps, with a floor of `min_loss_scale` (stock torch lets the scale
-    reach 0 after enough overflows, and then every gradient is 0). `decr_every_n_nan_or_inf`
-    gives the Ascend adapter's hysteresis and `from_manager` its whole rule.
+    `growth_interval` clean steps, with a floor of `min_loss_scale`, 1 by default (stock torch
+    lets the scale reach 0 after enough overflows, and then every gradient is 0). A script whose
+    gradients overflow even unscaled (a sum-reduced loss in float16) needs a scale below 1, as
+    stock gives it: `min_loss_scale` may be below 1 (0: no floor, stock's behaviour), and
+    `init_scale` below 1 with a floor no higher. `decr_every_n_nan_or_inf` gives the Ascend
+    adapter's hysteresis and `from_manager` its whole rule.
 
     `overflow_mode`: "inf_nan" skips a step with any inf/NaN gradient; "saturation" also one with
     an element whose scaled magnitude reaches 65504 (off the chip) or the chip's float status (on
@@ -175,6 +179,7 @@ class GradScaler(torch.amp.GradScaler):
             max_loss_scale=max_loss_scale,
             max_skipped_steps_at_floor=max_skipped_steps_at_floor,
             names=_NAMES,
+            lowest=0.0,
         )
         self.is_distributed = check_is_distributed(is_distributed)
         self.process_group = process_group
@@ -190,6 +195,8 @@ class GradScaler(torch.amp.GradScaler):
         self._state = RuleState(to_float32(init))
         self._scale: torch.Tensor | None = None
         self._inv_scale: torch.Tensor | None = None
+        self._uninvertible = False  # whether 1/scale is inf in float32 (see unscale_)
+        self._store_scale()
         # Saturation mode on the chip: the device's float status replaces the element check.
         self._chip_status = (
             device == "npu"
@@ -303,10 +310,14 @@ class GradScaler(torch.amp.GradScaler):
 
     def _store_scale(self) -> None:
         """Write the host's scale and its reciprocal (1/scale in float64 rounded to float32, as
-        stock computes it) to the device tensors, which scale() and unscale_ read."""
+        stock computes it: inf for a scale of 0 or too small for float32's range) to the device
+        tensors, which scale() and unscale_ read."""
+        scale = self._state.scale
+        inverse = to_float32(1.0 / scale) if scale else math.inf
+        self._uninvertible = math.isinf(inverse)
         if self._scale is not None:
-            self._scale.fill_(self._state.scale)
-            self._inv_scale.fill_(to_float32(1.0 / self._state.scale))
+            self._scale.fill_(scale)
+            self._inv_scale.fill_(inverse)
 
     def _require_scale(self, funcname: str) -> torch.Tensor:
         if self._scale is None:
@@ -329,7 +340,11 @@ class GradScaler(torch.amp.GradScaler):
             )
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        found_inf = torch.zeros((), dtype=torch.float32, device=scale.device)
+        # At a scale whose reciprocal is inf (0, or below float32's range: stock's scale gets
+        # there after ~165 overflows in a row) unscaling writes NaN (0 * inf) into gradients the
+        # check has passed; stock then applies them. Such a step counts as overflowed.
+        found = 1.0 if self._uninvertible else 0.0
+        found_inf = torch.full((), found, dtype=torch.float32, device=scale.device)
         state["found_inf_per_device"] = self._unscale_grads_(
             optimizer, self._inv_scale, found_inf, False
         )
@@ -525,7 +540,16 @@ class GradScaler(torch.amp.GradScaler):
         changed = state.scale != self._state.scale
         self._state = state
         if changed:
+            was_uninvertible = self._uninvertible
             self._store_scale()
+            if self._uninvertible and not was_uninvertible:
+                warnings.warn(
+                    f"npu_lossscale: the loss scale has fallen to {state.scale!r}, whose "
+                    "reciprocal is inf in float32, so every step is skipped from now on (stock "
+                    "torch would write NaN into the weights); set min_loss_scale above it and "
+                    "max_skipped_steps_at_floor to stop such a run",
+                    stacklevel=3,
+                )
         self._last_step_applied = not overflowed
         self._previous = [part for part in self._stepped if part]
         self._begin_update()
@@ -540,7 +564,7 @@ class GradScaler(torch.amp.GradScaler):
 
     def _set_scale(self, new_scale: float | torch.Tensor) -> None:
         value = new_scale.item() if isinstance(new_scale, torch.Tensor) else new_scale
-        value = check_scale("new_scale", value)
+        value = check_scale("new_scale", value, 0.0)
         if value < self._rule.min_loss_scale:
             raise ValueError(
                 f"new_scale ({value!r}) must not be below min_loss_scale "
@@ -563,6 +587,7 @@ class GradScaler(torch.amp.GradScaler):
             settings.pop("incr_ratio"),
             settings.pop("decr_ratio"),
             names={**_NAMES, "init_loss_scale": scale_name},
+            lowest=0.0,
             **settings,
         )
         self._state = dataclasses.replace(self._state, scale=to_float32(init))

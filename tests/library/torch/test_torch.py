@@ -14,6 +14,7 @@ import math
 import pickle
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -181,7 +182,10 @@ def test_auto_device_and_mode_off_the_chip(monkeypatch: pytest.MonkeyPatch) -> N
         (dict(growth_interval=0), "growth_interval"),
         (dict(backoff_factor=1.0), "backoff_factor"),
         (dict(growth_factor=1.0), "growth_factor"),
-        (dict(init_scale=0.5), "init_scale"),
+        (dict(init_scale=0.5), r"init_scale \(0.5\) must not be below min_loss_scale \(1.0\); "
+         r"a scale below 1 needs a floor below 1 too: pass min_loss_scale=0.5"),
+        (dict(init_scale=-1.0, min_loss_scale=0), "init_scale"),
+        (dict(min_loss_scale=-0.5), "min_loss_scale"),
         (dict(init_scale=float("nan")), "init_scale"),
         (dict(decr_every_n_nan_or_inf=0), "decr_every_n_nan_or_inf"),
         (dict(min_loss_scale=8, max_loss_scale=4, init_scale=4), "min_loss_scale"),
@@ -561,6 +565,87 @@ def test_floor_of_one_where_stock_reaches_zero() -> None:
         _train_step(stock, stock_model, stock_opt, _poisoned())
     assert stock.get_scale() == 0.0  # every later gradient would be 0
     assert ours.get_scale() == 1.0 and ours.skipped_steps == 6
+
+
+def _sum_reduced_run(scaler: torch.amp.GradScaler, steps: int = 8) -> list[tuple]:
+    """Float16 autocast on a loss summed over 8192 rows: its weight gradient overflows float16
+    (inf) at scales 1 to 0.25 and trains from 0.125. Per step: scale, applied, weights."""
+    torch.manual_seed(0)
+    model = nn.Linear(16, 4)
+    optimizer = torch.optim.SGD(model.parameters(), 1e-7)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(8192, 16, generator=generator) * 4
+    y = torch.rand(8192, 4, generator=generator) * 4 + 8
+    trace = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        before = model.weight.detach().clone()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = nn.functional.mse_loss(model(x), y, reduction="sum")
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        weights = [p.detach().clone() for p in model.parameters()]
+        applied = not torch.equal(before, model.weight)
+        trace.append((scaler.get_scale(), applied, weights))
+    return trace
+
+
+def test_a_loss_that_overflows_unscaled_trains_below_one_as_with_stock() -> None:
+    """Stock torch lets the scale fall below 1, which such a script needs: with min_loss_scale=0
+    ours does too, step for step (scales, skips, bitwise weights); init_scale below 1 starts
+    there. The default floor of 1 skips every step, and the stuck-run guard says so."""
+    stock = _sum_reduced_run(torch.amp.GradScaler("cpu", 1.0, growth_interval=3))
+    ours = _sum_reduced_run(GradScaler("cpu", 1.0, growth_interval=3, min_loss_scale=0))
+    expected = [(0.5, False), (0.25, False), (0.125, False), (0.125, True)]
+    assert [(s, a) for s, a, _ in stock][:4] == expected
+    assert [(s, a) for s, a, _ in ours] == [(s, a) for s, a, _ in stock]
+    assert all(_same(mine, theirs) for (_, _, mine), (_, _, theirs) in zip(ours, stock))
+
+    low = _sum_reduced_run(GradScaler("cpu", 0.125, growth_interval=100, min_loss_scale=0.125))
+    stock_low = _sum_reduced_run(torch.amp.GradScaler("cpu", 0.125, growth_interval=100))
+    assert [(s, a) for s, a, _ in low] == [(0.125, True)] * 8
+    assert all(_same(mine, theirs) for (_, _, mine), (_, _, theirs) in zip(low, stock_low))
+
+    floored = _sum_reduced_run(GradScaler("cpu", 1.0))
+    assert [(s, a) for s, a, _ in floored] == [(1.0, False)] * 8
+    with pytest.raises(RuntimeError, match="3 consecutive training steps were skipped"):
+        _sum_reduced_run(GradScaler("cpu", 1.0, max_skipped_steps_at_floor=3))
+
+
+def test_no_floor_falls_to_zero_as_stock_and_loads_stocks_zero() -> None:
+    """min_loss_scale=0 is stock's rule to the last bit, down to 0, and a stock state dict at 0
+    loads as it is. At a scale whose reciprocal is inf in float32, unscaling turns the gradients
+    into NaN (0 * inf) after the check passed them: stock applies that step and its weights
+    become NaN; ours skips it, with a warning when the scale gets there."""
+    steps = [False] * 170
+
+    def weights_after(scaler: torch.amp.GradScaler) -> tuple[list[float], list[torch.Tensor]]:
+        model = _mlp()
+        optimizer = torch.optim.SGD(model.parameters(), 0.01)
+        scales = []
+        for finite in steps + [True]:
+            _train_step(scaler, model, optimizer, X if finite else _poisoned())
+            scales.append(scaler.get_scale())
+        return scales, [p.detach() for p in model.parameters()]
+
+    stock_scales, stock_weights = weights_after(torch.amp.GradScaler("cpu"))
+    with pytest.warns(UserWarning, match="every step is skipped from now on") as caught:
+        ours_scales, ours_weights = weights_after(GradScaler("cpu", min_loss_scale=0))
+    assert len(caught) == 1 and caught[0].filename == __file__
+    assert ours_scales == stock_scales and stock_scales[-2:] == [0.0, 0.0]
+    assert all(w.isnan().all() for w in stock_weights)  # the clean step at 0 poisoned them
+    assert _same(ours_weights, [p.detach() for p in _mlp().parameters()])
+
+    scaler = GradScaler("cpu", min_loss_scale=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaler.load_state_dict(torch.amp.GradScaler("cpu").state_dict() | {"scale": 0.0})
+    assert scaler.get_scale() == 0.0 and _drive(scaler, [True]) == [0.0]
+    assert scaler.last_step_applied is False
+    scaler.update(0.25)  # new_scale below 1 where the floor allows it
+    assert scaler.get_scale() == 0.25 and _drive(scaler, [True]) == [0.25]
+    assert scaler.last_step_applied is True
 
 
 def test_stuck_run_guard_raises_with_the_rules_message() -> None:
