@@ -20,6 +20,7 @@ it has no hysteresis, floor, ceiling or stuck-run guard.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import numbers
 import warnings
@@ -127,6 +128,10 @@ class GradScaler(torch.amp.GradScaler):
     `dynamic=False` keeps `init_scale` and still skips (and counts) overflowed steps, as
     torch-npu's fixed scale and the adapter's FixedLossScaleManager do.
 
+    `per_optimizer`: False (the default) takes one decision for the optimizers one backward pass
+    wrote, so a model is never half-updated (see `step`); True decides each optimizer on its
+    own gradients, as stock torch does. The scale backs off once per update either way.
+
     An overflowed step changes nothing: `optimizer.step()` does not run, so parameters and the
     optimizer's state (moments, step counts) stay bitwise as they were; `skipped_steps` counts it,
     `last_step_applied` says whether the last update's step was applied in full.
@@ -149,6 +154,7 @@ class GradScaler(torch.amp.GradScaler):
         min_loss_scale: float = 1.0,
         max_loss_scale: float | None = None,
         max_skipped_steps_at_floor: int | None = None,
+        per_optimizer: bool = False,
     ) -> None:
         device = _resolve_device(device)
         # Flags and scales as stock takes them from configs: in a one-element tensor, and None
@@ -184,6 +190,10 @@ class GradScaler(torch.amp.GradScaler):
         self.is_distributed = check_is_distributed(is_distributed)
         self.process_group = process_group
         self.overflow_mode = overflow.resolve_mode(overflow_mode)
+        self.per_optimizer = check_bool("per_optimizer", per_optimizer)
+        # Before stock's __init__, which sets _init_scale and _init_growth_tracker: properties
+        # over this state (see "stock's private state" below).
+        self._state = RuleState(to_float32(init))
         super().__init__(
             device,
             init,
@@ -192,7 +202,6 @@ class GradScaler(torch.amp.GradScaler):
             self._rule.incr_every_n_steps,
             enabled,
         )
-        self._state = RuleState(to_float32(init))
         self._scale: torch.Tensor | None = None
         self._inv_scale: torch.Tensor | None = None
         self._uninvertible = False  # whether 1/scale is inf in float32 (see unscale_)
@@ -277,6 +286,40 @@ class GradScaler(torch.amp.GradScaler):
     def _get_growth_tracker(self) -> int:
         return self._state.good if self._enabled else 0
 
+    # -- stock's private state -------------------------------------------------------------------
+    # Libraries call stock's private methods (FSDP's sharded scaler, accelerate's checks, torch's
+    # fused optimizers through _check_inf_per_device), which read these attributes. The state is
+    # the host's RuleState; these views keep stock's names coherent with it in both directions.
+
+    @property
+    def _init_scale(self) -> float:
+        return self._state.scale
+
+    @_init_scale.setter
+    def _init_scale(self, value: float) -> None:
+        self._state = dataclasses.replace(self._state, scale=to_float32(float(value)))
+
+    @property
+    def _init_growth_tracker(self) -> int:
+        return self._state.good
+
+    @_init_growth_tracker.setter
+    def _init_growth_tracker(self, value: int) -> None:
+        self._state = dataclasses.replace(self._state, good=int(value))
+
+    @property
+    def _growth_tracker(self) -> torch.Tensor | None:
+        """Stock's device copy of the clean-step count: None before the first scale(), as in
+        stock, then made from the host's count when asked (the rule itself never needs it)."""
+        if self._scale is None:
+            return None
+        return torch.full((), self._state.good, dtype=torch.int32, device=self._scale.device)
+
+    @_growth_tracker.setter
+    def _growth_tracker(self, value: torch.Tensor | None) -> None:
+        if value is not None:
+            self._init_growth_tracker = int(value.item())
+
     # -- the training loop -------------------------------------------------------------------
 
     def scale(self, outputs: Any) -> Any:
@@ -357,7 +400,10 @@ class GradScaler(torch.amp.GradScaler):
         found_inf: torch.Tensor,
         allow_fp16: bool,
     ) -> dict[torch.device, torch.Tensor]:
-        found, inverse = _PerDevice(found_inf), _PerDevice(inv_scale)
+        # torch's own tests (and some libraries) pass a one-element 1-D inv_scale, which
+        # torch's kernel takes and _foreach_mul_ does not.
+        inverse = _PerDevice(inv_scale.reshape(()) if inv_scale.dim() else inv_scale)
+        found = _PerDevice(found_inf)
         with torch.no_grad():
             groups = overflow.gradient_groups(
                 overflow.optimizer_params(optimizer),
@@ -392,8 +438,9 @@ class GradScaler(torch.amp.GradScaler):
         are judged apart, each on its own gradients, as stock judges each optimizer: D's
         overflow does not skip G's clean step, nor do G's stale gradients, which a GAN loop only
         zeroes after D's next step, skip D's. The update counts as skipped, and the scale backs
-        off once, when any part overflowed. Optimizers whose own `step` supports amp scaling
-        (fused Adam) are treated like any other: their gradients are unscaled here.
+        off once, when any part overflowed. With `per_optimizer=True` each optimizer is decided
+        on its own gradients, as stock decides. Optimizers whose own `step` supports amp
+        scaling (torch's fused ones) get stock's protocol and unscale in their step.
         """
         if not self._enabled:
             return optimizer.step(*args, **kwargs)
@@ -403,17 +450,75 @@ class GradScaler(torch.amp.GradScaler):
         state = self._per_optimizer_states[id(optimizer)]
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
-        if state["stage"] is OptState.READY:
-            self.unscale_(optimizer)
-        retval = None
-        if not self._overflow_so_far(optimizer):
-            retval = optimizer.step(*args, **kwargs)
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            retval = self._step_unscaling_itself(optimizer, state, args, kwargs)
+        else:
+            if state["stage"] is OptState.READY:
+                self.unscale_(optimizer)
+            retval = None
+            if not self._overflow_so_far(optimizer):
+                retval = optimizer.step(*args, **kwargs)
         state["stage"] = OptState.STEPPED
         self._stepped[-1].append(weakref.ref(optimizer))
         return retval
 
+    def _step_unscaling_itself(
+        self,
+        optimizer: torch.optim.Optimizer,
+        state: dict[str, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Stock's protocol for optimizers that unscale in their own step (torch's fused ones,
+        third-party ones: `_step_supports_amp_scaling`): a step that takes `grad_scaler` gets this
+        scaler (with stock's FutureWarning), any other finds `optimizer.grad_scale` (the scale,
+        unless `unscale_` ran) and `optimizer.found_inf` set for the call. The decision is still
+        this scaler's (its mode, one per part, agreed over the ranks): the gradients are checked
+        where they are, still scaled, and an overflowed step is not called at all."""
+        takes_scaler = "grad_scaler" in inspect.signature(optimizer.step).parameters
+        if takes_scaler:
+            warnings.warn(
+                "GradScaler is going to stop passing itself as a keyword argument to the passed "
+                "optimizer. In the near future GradScaler registers `grad_scale: Tensor` and "
+                "`found_inf: Tensor` to the passed optimizer and let the optimizer use them "
+                "directly.",
+                FutureWarning,
+                stacklevel=3,
+            )
+        unscaled = state["stage"] is OptState.UNSCALED
+        if not unscaled:
+            found = self._check_inf_per_device(optimizer)
+            if self._uninvertible:  # see unscale_
+                for flag in found.values():
+                    flag.fill_(1.0)
+        if self._overflow_so_far(optimizer):
+            return None
+        if takes_scaler:
+            return optimizer.step(*args, **{**kwargs, "grad_scaler": self})
+        scale = self._require_scale("step")
+        flags = [
+            t.to(scale.device, non_blocking=True) for t in state["found_inf_per_device"].values()
+        ]
+        optimizer.grad_scale = (
+            getattr(optimizer, "grad_scale", None)
+            if unscaled
+            else scale * getattr(optimizer, "grad_scale", 1)
+        )
+        optimizer.found_inf = flags[0] if len(flags) == 1 else torch.stack(flags).sum()
+        try:
+            return optimizer.step(*args, **kwargs)
+        finally:
+            del optimizer.grad_scale
+            del optimizer.found_inf
+
     def _overflow_so_far(self, optimizer: torch.optim.Optimizer) -> bool:
         """Whether this update has overflowed, as far as ``optimizer``'s step must know."""
+        if self.per_optimizer:  # stock's decisions: each optimizer on its own gradients
+            mine = self._alone_overflowed(optimizer)
+            if mine is None:
+                mine = self._agreed_overflow([id(optimizer)])
+            self._overflowed = bool(self._overflowed) or mine
+            return mine
         if self._overflowed is None:
             self._overflowed = self._alone_overflowed(optimizer)
             if self._overflowed is None:

@@ -123,6 +123,7 @@ def test_signatures_are_the_contracts() -> None:
         ("min_loss_scale", keyword, 1.0),
         ("max_loss_scale", keyword, None),
         ("max_skipped_steps_at_floor", keyword, None),
+        ("per_optimizer", keyword, False),
     ]
     stock = [name for name, _, _ in _parameters(torch.amp.GradScaler)]
     assert [name for name, _, _ in _parameters(GradScaler)][:6] == stock
@@ -182,8 +183,11 @@ def test_auto_device_and_mode_off_the_chip(monkeypatch: pytest.MonkeyPatch) -> N
         (dict(growth_interval=0), "growth_interval"),
         (dict(backoff_factor=1.0), "backoff_factor"),
         (dict(growth_factor=1.0), "growth_factor"),
-        (dict(init_scale=0.5), r"init_scale \(0.5\) must not be below min_loss_scale \(1.0\); "
-         r"a scale below 1 needs a floor below 1 too: pass min_loss_scale=0.5"),
+        (
+            dict(init_scale=0.5),
+            r"init_scale \(0.5\) must not be below min_loss_scale \(1.0\); "
+            r"a scale below 1 needs a floor below 1 too: pass min_loss_scale=0.5",
+        ),
         (dict(init_scale=-1.0, min_loss_scale=0), "init_scale"),
         (dict(min_loss_scale=-0.5), "min_loss_scale"),
         (dict(init_scale=float("nan")), "init_scale"),
@@ -549,6 +553,166 @@ def test_fused_adam_is_stepped_with_unscaled_gradients() -> None:
     before = _snapshot(model, optimizer)
     _train_step(scaler, model, optimizer, _poisoned())
     assert _same(_snapshot(model, optimizer), before)
+
+
+def _sgd_(optimizer: torch.optim.Optimizer, scale: object) -> None:
+    """Plain SGD on gradients divided by ``scale`` (None: already unscaled)."""
+    with torch.no_grad():
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.sub_(p.grad if scale is None else p.grad / scale, alpha=group["lr"])
+
+
+class _UnscalesItself(torch.optim.Optimizer):
+    """A third-party optimizer in stock's protocol: it reads the scale and the overflow flag the
+    scaler sets on it, unscales in its own step and skips when found_inf says so."""
+
+    def __init__(self, params: object) -> None:
+        super().__init__(params, {"lr": 0.1})
+        self._step_supports_amp_scaling = True
+        self.seen: list[tuple[float | None, float]] = []
+
+    def step(self, closure: object = None) -> None:
+        scale, found = getattr(self, "grad_scale", None), float(self.found_inf)
+        self.seen.append((None if scale is None else float(scale), found))
+        if not found:
+            _sgd_(self, scale)
+
+
+class _TakesTheScaler(torch.optim.Optimizer):
+    """The older form of the protocol: step(grad_scaler=...) asks the scaler itself."""
+
+    def __init__(self, params: object) -> None:
+        super().__init__(params, {"lr": 0.1})
+        self._step_supports_amp_scaling = True
+
+    def step(self, closure: object = None, *, grad_scaler: object = None) -> None:
+        assert not hasattr(self, "grad_scale") and not hasattr(self, "found_inf")
+        found = sum(v.item() for v in grad_scaler._check_inf_per_device(self).values())
+        if not found:
+            _sgd_(self, grad_scaler._get_scale_async())
+
+
+@pytest.mark.parametrize("kind", [_UnscalesItself, _TakesTheScaler])
+def test_optimizers_that_unscale_themselves_get_stocks_protocol(kind: type) -> None:
+    """`_step_supports_amp_scaling`: as with stock, the optimizer gets the scale and the flag
+    (or the scaler) and unscales itself, so weights and decisions equal stock's, clean and
+    overflowed. The decision stays ours: an overflowed step is not called at all, and in
+    saturation mode a finite gradient past 65504 (stock: applied) is skipped."""
+
+    def run(scaler: torch.amp.GradScaler, last_factor: float) -> tuple:
+        model = _mlp()
+        optimizer = kind(model.parameters())
+        trace = []
+        for x, factor in ((X, 1.0), (_poisoned(), 1.0), (X, 1.0), (X, last_factor)):
+            optimizer.zero_grad()
+            scaler.scale(_loss(model, x) * factor).backward()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                scaler.step(optimizer)
+            assert any(w.category is FutureWarning for w in caught) is (kind is _TakesTheScaler)
+            scaler.update()
+            trace.append((scaler.get_scale(), [p.detach().clone() for p in model.parameters()]))
+        return trace, getattr(optimizer, "seen", None)
+
+    big = 1000.0  # a loss whose scaled gradients, finite, pass 65504
+    ours, ours_seen = run(GradScaler("cpu", 1024.0, overflow_mode="inf_nan"), 1.0)
+    stock, stock_seen = run(torch.amp.GradScaler("cpu", 1024.0), 1.0)
+    assert [s for s, _ in ours] == [s for s, _ in stock] == [1024.0, 512.0, 512.0, 512.0]
+    assert all(_same(a, b) for (_, a), (_, b) in zip(ours, stock))
+    if kind is _UnscalesItself:
+        assert stock_seen[1] == (1024.0, 1.0)  # stock calls the overflowed step
+        assert ours_seen == [stock_seen[0], stock_seen[2], stock_seen[3]]  # ours does not
+    saturated, _ = run(GradScaler("cpu", 1024.0, overflow_mode="saturation"), big)
+    stock_big, _ = run(torch.amp.GradScaler("cpu", 1024.0), big)
+    assert saturated[-1][0] == 256.0 and stock_big[-1][0] == 512.0
+    assert _same(saturated[-1][1], saturated[-2][1])  # skipped: weights as before
+
+
+def test_an_optimizer_unscaled_before_its_own_unscaling_step() -> None:
+    """unscale_ (to clip) before a fused step: the optimizer gets no scale, as with stock."""
+    model, reference_model = _mlp(), _mlp()
+    optimizer = _UnscalesItself(model.parameters())
+    reference = _UnscalesItself(reference_model.parameters())
+    for scaler, m, opt in (
+        (GradScaler("cpu", 64.0), model, optimizer),
+        (torch.amp.GradScaler("cpu", 64.0), reference_model, reference),
+    ):
+        opt.zero_grad()
+        scaler.scale(_loss(m, X)).backward()
+        scaler.unscale_(opt)
+        nn.utils.clip_grad_norm_(m.parameters(), 0.1)
+        scaler.step(opt)
+        scaler.update()
+    assert optimizer.seen == reference.seen == [(None, 0.0)]
+    assert _same(list(model.parameters()), list(reference_model.parameters()))
+
+
+def test_stocks_private_state_stays_coherent() -> None:
+    """What libraries read of stock's private state (FSDP's sharded scaler, accelerate, torch's
+    own tests): _init_scale, _init_growth_tracker and _growth_tracker follow ours, are loaded
+    with a state dict, and _check_inf_per_device works after scale(), in this scaler's mode."""
+    scaler = GradScaler("cpu", 8.0, growth_interval=5, overflow_mode="saturation")
+    assert scaler._growth_tracker is None and scaler._init_growth_tracker == 0
+    _drive(scaler, [True, True])
+    assert (scaler._init_scale, scaler._init_growth_tracker) == (8.0, 2)
+    scaler._init_growth_tracker = 7
+    scaler.load_state_dict(torch.amp.GradScaler("cpu", 3.0).state_dict())
+    assert (scaler._init_scale, scaler._init_growth_tracker, scaler.get_scale()) == (3.0, 0, 3.0)
+
+    weight = nn.Parameter(torch.zeros(3))
+    optimizer = torch.optim.SGD([weight], 0.1)
+    scaler.scale((weight * 70000.0 / 3.0).sum()).backward()  # finite, 70000 once scaled
+    assert scaler._growth_tracker.item() == 0
+    found = scaler._check_inf_per_device(optimizer)
+    assert [v.item() for v in found.values()] == [1.0]  # saturation: past 65504
+    assert torch.equal(weight.grad, torch.full((3,), 70000.0))  # checked, left scaled
+    scaler.step(optimizer)
+    scaler.update()
+    assert scaler.get_scale() == 1.5 and torch.equal(weight.detach(), torch.zeros(3))
+
+
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+@pytest.mark.parametrize("layout", ["float64", "non-contiguous", "sparse"])
+def test_private_unscale_takes_a_one_element_scale_as_stock(mode: str, layout: str) -> None:
+    """torch's tests and some libraries call _unscale_grads_ with 1-element 1-D tensors."""
+    weight = nn.Parameter(torch.zeros(4, 4, dtype=torch.float64 if layout == "float64" else None))
+    grad = torch.full((4, 4), 8.0, dtype=weight.dtype)
+    if layout == "non-contiguous":
+        grad = torch.full((4, 8), 8.0)[:, ::2]
+    if layout == "sparse":
+        grad = grad.to_sparse()
+    weight.grad = grad
+    optimizer = torch.optim.SGD([weight], 1.0)
+    inv, found = torch.full((1,), 0.25), torch.zeros(1)
+    per_device = GradScaler("cpu", overflow_mode=mode)._unscale_grads_(optimizer, inv, found, False)
+    assert [v.item() for v in per_device.values()] == [0.0] and found.shape == (1,)
+    assert torch.equal(weight.grad.to_dense(), torch.full((4, 4), 2.0, dtype=weight.dtype))
+    weight.grad = torch.full_like(weight, INF)
+    per_device = GradScaler("cpu", overflow_mode=mode)._unscale_grads_(optimizer, inv, found, False)
+    assert [v.item() for v in per_device.values()] == [1.0]
+
+
+def test_per_optimizer_decisions_as_stock_on_request() -> None:
+    """per_optimizer=True: stock's decisions, each optimizer on its own gradients (the half-applied
+    update the default avoids), scale and weights as stock's; the default skips both."""
+
+    def run(scaler: torch.amp.GradScaler) -> list:
+        model, optimizers = _two_parts()
+        trace = []
+        for y in (X, _poisoned(), X):  # the inf overflows part b only
+            _two_part_update(scaler, model, optimizers, y)
+            trace.append((scaler.get_scale(), [p.detach().clone() for p in model.parameters()]))
+        return trace
+
+    stock = run(torch.amp.GradScaler("cpu", 256.0))
+    ours = run(GradScaler("cpu", 256.0, per_optimizer=True))
+    assert [s for s, _ in ours] == [s for s, _ in stock] == [256.0, 128.0, 128.0]
+    assert all(_same(a, b) for (_, a), (_, b) in zip(ours, stock))
+    one = run(GradScaler("cpu", 256.0))
+    assert _same(one[1][1], one[0][1])  # the default applied neither part
+    assert not _same(stock[1][1], stock[0][1])  # stock applied the clean part
 
 
 # -- the rule -------------------------------------------------------------------------------------
