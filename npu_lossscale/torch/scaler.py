@@ -57,6 +57,60 @@ _NAMES = {
 }
 
 
+# state-dict key -> the rule's own name for it
+_SETTINGS = {
+    "growth_interval": "incr_every_n_steps",
+    "growth_factor": "incr_ratio",
+    "backoff_factor": "decr_ratio",
+    "decr_every_n_nan_or_inf": "decr_every_n_nan_or_inf",
+    "min_loss_scale": "min_loss_scale",
+    "max_loss_scale": "max_loss_scale",
+    "max_skipped_steps_at_floor": "max_skipped_steps_at_floor",
+}
+# state-dict key -> the RuleState counter it holds
+_COUNTS = {
+    "_growth_tracker": "good",
+    "_bad_steps": "bad",
+    "_skipped_steps": "skipped",
+    "_skips_at_floor": "skips_at_floor",
+}
+
+
+def _require_scaler_state(state_dict: Any) -> None:
+    """A scaler's state dict has a "scale" (stock raises KeyError: 'scale' without one). Say what
+    was passed instead where it is recognisable: a whole checkpoint holding the scaler's state
+    under some key, or an optimizer's state dict."""
+    if not isinstance(state_dict, dict):
+        raise TypeError(f"state_dict must be a dict; got {type(state_dict).__name__}")
+    if "scale" in state_dict:
+        return
+    keys = sorted(map(str, state_dict))
+    inner = [k for k, v in state_dict.items() if isinstance(v, dict) and "scale" in v]
+    if inner:
+        what = (
+            f"a whole checkpoint (keys {keys}); the scaler's state is under {inner[0]!r}: "
+            f"load_state_dict(checkpoint[{inner[0]!r}])"
+        )
+    elif {"state", "param_groups"} <= set(state_dict):
+        what = "an optimizer's state dict; pass the one scaler.state_dict() returned"
+    else:
+        what = f"a dict with the keys {keys}, not a GradScaler's state dict"
+    raise KeyError(f"GradScaler.load_state_dict: no 'scale' entry: this is {what}")
+
+
+def _count(state_dict: dict[str, Any], key: str, current: int) -> int:
+    """A counter entry (stock's _growth_tracker, the rule's others): a non-negative integer,
+    as an int, an integral float or a one-element tensor; ``current`` where absent."""
+    value = state_dict.get(key, current)
+    number = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
+    integral = isinstance(number, numbers.Integral) or (
+        isinstance(number, float) and number.is_integer()
+    )
+    if isinstance(number, bool) or not integral or number < 0:
+        raise ValueError(f"state_dict[{key!r}] must be a non-negative integer; got {value!r}")
+    return int(number)
+
+
 def _resolve_device(device: object) -> str:
     """ "auto": npu where torch-npu has a device, else cuda where available, else cpu."""
     if isinstance(device, torch.device):
@@ -680,9 +734,15 @@ class GradScaler(torch.amp.GradScaler):
 
     # -- settings ------------------------------------------------------------------------------
 
-    def _rebuild(self, scale: float, scale_name: str = "init_scale", **changes: Any) -> None:
-        """Validate the rule with ``changes`` applied (errors name torch's arguments) and take
-        it with ``scale``, keeping stock's attributes in step with it."""
+    def _rebuild(
+        self,
+        scale: float,
+        scale_name: str = "init_scale",
+        names: dict[str, str] | None = None,
+        **changes: Any,
+    ) -> None:
+        """Validate the rule with ``changes`` applied (errors name torch's arguments, or
+        ``names``) and take it with ``scale``, keeping stock's attributes in step with it."""
         settings = dataclasses.asdict(self._rule)
         settings.update(changes)
         init, self._rule = DynamicRule.validated(
@@ -691,7 +751,7 @@ class GradScaler(torch.amp.GradScaler):
             settings.pop("decr_every_n_nan_or_inf"),
             settings.pop("incr_ratio"),
             settings.pop("decr_ratio"),
-            names={**_NAMES, "init_loss_scale": scale_name},
+            names={**_NAMES, **(names or {}), "init_loss_scale": scale_name},
             lowest=0.0,
             **settings,
         )
@@ -743,9 +803,11 @@ class GradScaler(torch.amp.GradScaler):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load our own state dict, stock torch's or torch-npu's (entries a dict lacks keep
-        their current values). A scale below min_loss_scale (stock's reaches 0 after enough
-        overflows) is raised to the floor with a warning, so such a run can resume."""
+        """Load our own state dict, stock torch's or torch-npu's (other entries than "scale" that
+        a dict lacks keep their current values). A scale below min_loss_scale (stock's reaches 0
+        after enough overflows) is raised to the floor with a warning, so such a run can resume.
+        Anything else (a whole checkpoint, an optimizer's state dict, a malformed entry) is
+        refused with an error that names the entry, and nothing is loaded."""
         if not self._enabled:
             return
         if len(state_dict) == 0:
@@ -753,19 +815,17 @@ class GradScaler(torch.amp.GradScaler):
                 "The source state dict is empty, possibly because it was saved "
                 "from a disabled instance of GradScaler."
             )
-        # state-dict key -> the rule's own name for it
-        keys = {
-            "growth_interval": "incr_every_n_steps",
-            "growth_factor": "incr_ratio",
-            "backoff_factor": "decr_ratio",
-            "decr_every_n_nan_or_inf": "decr_every_n_nan_or_inf",
-            "min_loss_scale": "min_loss_scale",
-            "max_loss_scale": "max_loss_scale",
-            "max_skipped_steps_at_floor": "max_skipped_steps_at_floor",
+        _require_scaler_state(state_dict)
+        counts = {
+            field: _count(state_dict, key, getattr(self._state, field))
+            for key, field in _COUNTS.items()
         }
-        changes = {name: state_dict[key] for key, name in keys.items() if key in state_dict}
-        scale = state_dict.get("scale", self._state.scale)
-        if isinstance(scale, torch.Tensor):
+        dynamic = self.dynamic
+        if "dynamic" in state_dict:
+            dynamic = check_bool("state_dict['dynamic']", state_dict["dynamic"])
+        changes = {name: state_dict[key] for key, name in _SETTINGS.items() if key in state_dict}
+        scale = state_dict["scale"]
+        if isinstance(scale, torch.Tensor) and scale.numel() == 1:
             scale = scale.item()
         floor = changes.get("min_loss_scale", self._rule.min_loss_scale)
         numeric = isinstance(scale, numbers.Real) and isinstance(floor, numbers.Real)
@@ -777,16 +837,10 @@ class GradScaler(torch.amp.GradScaler):
                 stacklevel=2,
             )
             scale = floor
-        self._rebuild(scale, "state_dict['scale']", **changes)
-        if "dynamic" in state_dict:
-            self.dynamic = check_bool("dynamic", state_dict["dynamic"])
-        self._state = RuleState(
-            self._state.scale,
-            good=int(state_dict.get("_growth_tracker", self._state.good)),
-            bad=int(state_dict.get("_bad_steps", self._state.bad)),
-            skipped=int(state_dict.get("_skipped_steps", self._state.skipped)),
-            skips_at_floor=int(state_dict.get("_skips_at_floor", self._state.skips_at_floor)),
-        )
+        names = {name: f"state_dict[{key!r}]" for key, name in _SETTINGS.items()}
+        self._rebuild(scale, "state_dict['scale']", names, **changes)
+        self.dynamic = dynamic
+        self._state = RuleState(self._state.scale, **counts)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Scalers pickled before the fused op was looked up per scaler have no _fused. A scaler

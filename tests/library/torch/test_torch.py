@@ -950,6 +950,43 @@ def test_loads_a_stock_state_dict_and_continues_like_stock() -> None:
         ours.load_state_dict({})
 
 
+def test_load_state_dict_refuses_what_is_not_a_scalers_state_and_names_it() -> None:
+    """Stock raises KeyError: 'scale' for a whole checkpoint or an optimizer's state dict; ours
+    says which it is and where the scaler's state is. A malformed counter names its entry.
+    Nothing is loaded from a refused dict."""
+    model = _mlp()
+    optimizer = torch.optim.Adam(model.parameters())
+    scaler = GradScaler("cpu", 64.0, growth_interval=7)
+    _drive(scaler, [True, True])
+    before = scaler.state_dict()
+    checkpoint = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": GradScaler("cpu", 8.0).state_dict(),
+        "epoch": 3,
+    }
+    with pytest.raises(KeyError) as stock_error:
+        torch.amp.GradScaler("cpu").load_state_dict(checkpoint)
+    assert stock_error.value.args == ("scale",)
+    with pytest.raises(KeyError, match=r"whole checkpoint.*checkpoint\['scaler'\]"):
+        scaler.load_state_dict(checkpoint)
+    with pytest.raises(KeyError, match="an optimizer's state dict"):
+        scaler.load_state_dict(optimizer.state_dict())
+    with pytest.raises(KeyError, match=r"keys \['epoch'\]"):
+        scaler.load_state_dict({"epoch": 3})
+    for key in ("_growth_tracker", "_bad_steps", "_skipped_steps", "_skips_at_floor"):
+        for bad in ("abc", -1, 2.5, True):
+            with pytest.raises(ValueError, match=rf"state_dict\['{key}'\] must be a non-neg"):
+                scaler.load_state_dict({**before, key: bad})
+    with pytest.raises(ValueError, match=r"state_dict\['growth_interval'\]"):
+        scaler.load_state_dict({**before, "growth_interval": 0})
+    with pytest.raises(ValueError, match=r"state_dict\['dynamic'\]"):
+        scaler.load_state_dict({**before, "dynamic": "yes"})
+    assert scaler.state_dict() == before
+    scaler.load_state_dict({**before, "_growth_tracker": torch.tensor(3), "_bad_steps": 1.0})
+    assert scaler.state_dict() == {**before, "_growth_tracker": 3, "_bad_steps": 1}
+
+
 def test_loads_a_torch_npu_state_dict_with_its_dynamic_key() -> None:
     # What torch_npu.npu.amp.GradScaler.state_dict() returns: stock's entries plus "dynamic".
     torch_npu_state = {
