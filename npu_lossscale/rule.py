@@ -37,14 +37,17 @@ def to_float32(value: float) -> float:
         return math.copysign(math.inf, value)
 
 
-def check_scale(name: str, value: object) -> float:
-    """A loss scale must be a Python number in [1, float32 max]: below 1 it shrinks gradients
-    instead of protecting them, and a value float32 cannot hold would become inf on the device."""
+def check_scale(name: str, value: object, lowest: float = 1.0) -> float:
+    """A loss scale must be a Python number in [lowest, float32 max]: below 1 it shrinks
+    gradients instead of protecting them, so 1 unless a front-end's stock class goes lower (torch's
+    scale may fall to 0), and a value float32 cannot hold would become inf on the device."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a Python number >= 1; got {value!r}")
+        raise ValueError(f"{name} must be a Python number >= {lowest:g}; got {value!r}")
     number = float(value)
-    if math.isnan(number) or math.isinf(number) or number < 1.0 or number > FLOAT32_MAX:
-        raise ValueError(f"{name} must be a finite number >= 1 that fits in float32; got {value!r}")
+    if math.isnan(number) or math.isinf(number) or number < lowest or number > FLOAT32_MAX:
+        raise ValueError(
+            f"{name} must be a finite number >= {lowest:g} that fits in float32; got {value!r}"
+        )
     return number
 
 
@@ -151,13 +154,18 @@ class DynamicRule:
         max_loss_scale: object = None,
         max_skipped_steps_at_floor: object = None,
         names: Mapping[str, str] | None = None,
+        lowest: float = 1.0,
     ) -> tuple[float, DynamicRule]:
-        """Check every argument (errors name them as ``names`` says) and return (init, rule)."""
+        """Check every argument (errors name them as ``names`` says) and return (init, rule).
+        Scales below ``lowest`` are refused: 1 for the adapter's rule, 0 where a front-end's
+        stock class lets the scale fall below 1 (torch's), with min_loss_scale as the floor."""
         label = {**_DEFAULT_NAMES, **(names or {})}
-        init = check_scale(label["init_loss_scale"], init_loss_scale)
-        low = check_scale(label["min_loss_scale"], min_loss_scale)
+        init = check_scale(label["init_loss_scale"], init_loss_scale, lowest)
+        low = check_scale(label["min_loss_scale"], min_loss_scale, lowest)
         high = (
-            None if max_loss_scale is None else check_scale(label["max_loss_scale"], max_loss_scale)
+            None
+            if max_loss_scale is None
+            else check_scale(label["max_loss_scale"], max_loss_scale, lowest)
         )
         if high is not None and low > high:
             raise ValueError(
@@ -165,9 +173,16 @@ class DynamicRule:
                 f"{label['max_loss_scale']} ({max_loss_scale!r})"
             )
         if init < low:
+            hint = ""
+            if lowest < 1 <= low:
+                hint = (
+                    f"; a scale below 1 needs a floor below 1 too: pass "
+                    f"{label['min_loss_scale']}={init_loss_scale!r} (or 0, which lets the scale "
+                    "fall as far as it must)"
+                )
             raise ValueError(
                 f"{label['init_loss_scale']} ({init_loss_scale!r}) must not be below "
-                f"{label['min_loss_scale']} ({min_loss_scale!r})"
+                f"{label['min_loss_scale']} ({min_loss_scale!r}){hint}"
             )
         if high is not None and init > high:
             raise ValueError(

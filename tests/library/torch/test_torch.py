@@ -14,6 +14,7 @@ import math
 import pickle
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -122,6 +123,7 @@ def test_signatures_are_the_contracts() -> None:
         ("min_loss_scale", keyword, 1.0),
         ("max_loss_scale", keyword, None),
         ("max_skipped_steps_at_floor", keyword, None),
+        ("per_optimizer", keyword, False),
     ]
     stock = [name for name, _, _ in _parameters(torch.amp.GradScaler)]
     assert [name for name, _, _ in _parameters(GradScaler)][:6] == stock
@@ -181,7 +183,13 @@ def test_auto_device_and_mode_off_the_chip(monkeypatch: pytest.MonkeyPatch) -> N
         (dict(growth_interval=0), "growth_interval"),
         (dict(backoff_factor=1.0), "backoff_factor"),
         (dict(growth_factor=1.0), "growth_factor"),
-        (dict(init_scale=0.5), "init_scale"),
+        (
+            dict(init_scale=0.5),
+            r"init_scale \(0.5\) must not be below min_loss_scale \(1.0\); "
+            r"a scale below 1 needs a floor below 1 too: pass min_loss_scale=0.5",
+        ),
+        (dict(init_scale=-1.0, min_loss_scale=0), "init_scale"),
+        (dict(min_loss_scale=-0.5), "min_loss_scale"),
         (dict(init_scale=float("nan")), "init_scale"),
         (dict(decr_every_n_nan_or_inf=0), "decr_every_n_nan_or_inf"),
         (dict(min_loss_scale=8, max_loss_scale=4, init_scale=4), "min_loss_scale"),
@@ -547,6 +555,166 @@ def test_fused_adam_is_stepped_with_unscaled_gradients() -> None:
     assert _same(_snapshot(model, optimizer), before)
 
 
+def _sgd_(optimizer: torch.optim.Optimizer, scale: object) -> None:
+    """Plain SGD on gradients divided by ``scale`` (None: already unscaled)."""
+    with torch.no_grad():
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.sub_(p.grad if scale is None else p.grad / scale, alpha=group["lr"])
+
+
+class _UnscalesItself(torch.optim.Optimizer):
+    """A third-party optimizer in stock's protocol: it reads the scale and the overflow flag the
+    scaler sets on it, unscales in its own step and skips when found_inf says so."""
+
+    def __init__(self, params: object) -> None:
+        super().__init__(params, {"lr": 0.1})
+        self._step_supports_amp_scaling = True
+        self.seen: list[tuple[float | None, float]] = []
+
+    def step(self, closure: object = None) -> None:
+        scale, found = getattr(self, "grad_scale", None), float(self.found_inf)
+        self.seen.append((None if scale is None else float(scale), found))
+        if not found:
+            _sgd_(self, scale)
+
+
+class _TakesTheScaler(torch.optim.Optimizer):
+    """The older form of the protocol: step(grad_scaler=...) asks the scaler itself."""
+
+    def __init__(self, params: object) -> None:
+        super().__init__(params, {"lr": 0.1})
+        self._step_supports_amp_scaling = True
+
+    def step(self, closure: object = None, *, grad_scaler: object = None) -> None:
+        assert not hasattr(self, "grad_scale") and not hasattr(self, "found_inf")
+        found = sum(v.item() for v in grad_scaler._check_inf_per_device(self).values())
+        if not found:
+            _sgd_(self, grad_scaler._get_scale_async())
+
+
+@pytest.mark.parametrize("kind", [_UnscalesItself, _TakesTheScaler])
+def test_optimizers_that_unscale_themselves_get_stocks_protocol(kind: type) -> None:
+    """`_step_supports_amp_scaling`: as with stock, the optimizer gets the scale and the flag
+    (or the scaler) and unscales itself, so weights and decisions equal stock's, clean and
+    overflowed. The decision stays ours: an overflowed step is not called at all, and in
+    saturation mode a finite gradient past 65504 (stock: applied) is skipped."""
+
+    def run(scaler: torch.amp.GradScaler, last_factor: float) -> tuple:
+        model = _mlp()
+        optimizer = kind(model.parameters())
+        trace = []
+        for x, factor in ((X, 1.0), (_poisoned(), 1.0), (X, 1.0), (X, last_factor)):
+            optimizer.zero_grad()
+            scaler.scale(_loss(model, x) * factor).backward()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                scaler.step(optimizer)
+            assert any(w.category is FutureWarning for w in caught) is (kind is _TakesTheScaler)
+            scaler.update()
+            trace.append((scaler.get_scale(), [p.detach().clone() for p in model.parameters()]))
+        return trace, getattr(optimizer, "seen", None)
+
+    big = 1000.0  # a loss whose scaled gradients, finite, pass 65504
+    ours, ours_seen = run(GradScaler("cpu", 1024.0, overflow_mode="inf_nan"), 1.0)
+    stock, stock_seen = run(torch.amp.GradScaler("cpu", 1024.0), 1.0)
+    assert [s for s, _ in ours] == [s for s, _ in stock] == [1024.0, 512.0, 512.0, 512.0]
+    assert all(_same(a, b) for (_, a), (_, b) in zip(ours, stock))
+    if kind is _UnscalesItself:
+        assert stock_seen[1] == (1024.0, 1.0)  # stock calls the overflowed step
+        assert ours_seen == [stock_seen[0], stock_seen[2], stock_seen[3]]  # ours does not
+    saturated, _ = run(GradScaler("cpu", 1024.0, overflow_mode="saturation"), big)
+    stock_big, _ = run(torch.amp.GradScaler("cpu", 1024.0), big)
+    assert saturated[-1][0] == 256.0 and stock_big[-1][0] == 512.0
+    assert _same(saturated[-1][1], saturated[-2][1])  # skipped: weights as before
+
+
+def test_an_optimizer_unscaled_before_its_own_unscaling_step() -> None:
+    """unscale_ (to clip) before a fused step: the optimizer gets no scale, as with stock."""
+    model, reference_model = _mlp(), _mlp()
+    optimizer = _UnscalesItself(model.parameters())
+    reference = _UnscalesItself(reference_model.parameters())
+    for scaler, m, opt in (
+        (GradScaler("cpu", 64.0), model, optimizer),
+        (torch.amp.GradScaler("cpu", 64.0), reference_model, reference),
+    ):
+        opt.zero_grad()
+        scaler.scale(_loss(m, X)).backward()
+        scaler.unscale_(opt)
+        nn.utils.clip_grad_norm_(m.parameters(), 0.1)
+        scaler.step(opt)
+        scaler.update()
+    assert optimizer.seen == reference.seen == [(None, 0.0)]
+    assert _same(list(model.parameters()), list(reference_model.parameters()))
+
+
+def test_stocks_private_state_stays_coherent() -> None:
+    """What libraries read of stock's private state (FSDP's sharded scaler, accelerate, torch's
+    own tests): _init_scale, _init_growth_tracker and _growth_tracker follow ours, are loaded
+    with a state dict, and _check_inf_per_device works after scale(), in this scaler's mode."""
+    scaler = GradScaler("cpu", 8.0, growth_interval=5, overflow_mode="saturation")
+    assert scaler._growth_tracker is None and scaler._init_growth_tracker == 0
+    _drive(scaler, [True, True])
+    assert (scaler._init_scale, scaler._init_growth_tracker) == (8.0, 2)
+    scaler._init_growth_tracker = 7
+    scaler.load_state_dict(torch.amp.GradScaler("cpu", 3.0).state_dict())
+    assert (scaler._init_scale, scaler._init_growth_tracker, scaler.get_scale()) == (3.0, 0, 3.0)
+
+    weight = nn.Parameter(torch.zeros(3))
+    optimizer = torch.optim.SGD([weight], 0.1)
+    scaler.scale((weight * 70000.0 / 3.0).sum()).backward()  # finite, 70000 once scaled
+    assert scaler._growth_tracker.item() == 0
+    found = scaler._check_inf_per_device(optimizer)
+    assert [v.item() for v in found.values()] == [1.0]  # saturation: past 65504
+    assert torch.equal(weight.grad, torch.full((3,), 70000.0))  # checked, left scaled
+    scaler.step(optimizer)
+    scaler.update()
+    assert scaler.get_scale() == 1.5 and torch.equal(weight.detach(), torch.zeros(3))
+
+
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+@pytest.mark.parametrize("layout", ["float64", "non-contiguous", "sparse"])
+def test_private_unscale_takes_a_one_element_scale_as_stock(mode: str, layout: str) -> None:
+    """torch's tests and some libraries call _unscale_grads_ with 1-element 1-D tensors."""
+    weight = nn.Parameter(torch.zeros(4, 4, dtype=torch.float64 if layout == "float64" else None))
+    grad = torch.full((4, 4), 8.0, dtype=weight.dtype)
+    if layout == "non-contiguous":
+        grad = torch.full((4, 8), 8.0)[:, ::2]
+    if layout == "sparse":
+        grad = grad.to_sparse()
+    weight.grad = grad
+    optimizer = torch.optim.SGD([weight], 1.0)
+    inv, found = torch.full((1,), 0.25), torch.zeros(1)
+    per_device = GradScaler("cpu", overflow_mode=mode)._unscale_grads_(optimizer, inv, found, False)
+    assert [v.item() for v in per_device.values()] == [0.0] and found.shape == (1,)
+    assert torch.equal(weight.grad.to_dense(), torch.full((4, 4), 2.0, dtype=weight.dtype))
+    weight.grad = torch.full_like(weight, INF)
+    per_device = GradScaler("cpu", overflow_mode=mode)._unscale_grads_(optimizer, inv, found, False)
+    assert [v.item() for v in per_device.values()] == [1.0]
+
+
+def test_per_optimizer_decisions_as_stock_on_request() -> None:
+    """per_optimizer=True: stock's decisions, each optimizer on its own gradients (the half-applied
+    update the default avoids), scale and weights as stock's; the default skips both."""
+
+    def run(scaler: torch.amp.GradScaler) -> list:
+        model, optimizers = _two_parts()
+        trace = []
+        for y in (X, _poisoned(), X):  # the inf overflows part b only
+            _two_part_update(scaler, model, optimizers, y)
+            trace.append((scaler.get_scale(), [p.detach().clone() for p in model.parameters()]))
+        return trace
+
+    stock = run(torch.amp.GradScaler("cpu", 256.0))
+    ours = run(GradScaler("cpu", 256.0, per_optimizer=True))
+    assert [s for s, _ in ours] == [s for s, _ in stock] == [256.0, 128.0, 128.0]
+    assert all(_same(a, b) for (_, a), (_, b) in zip(ours, stock))
+    one = run(GradScaler("cpu", 256.0))
+    assert _same(one[1][1], one[0][1])  # the default applied neither part
+    assert not _same(stock[1][1], stock[0][1])  # stock applied the clean part
+
+
 # -- the rule -------------------------------------------------------------------------------------
 
 
@@ -561,6 +729,87 @@ def test_floor_of_one_where_stock_reaches_zero() -> None:
         _train_step(stock, stock_model, stock_opt, _poisoned())
     assert stock.get_scale() == 0.0  # every later gradient would be 0
     assert ours.get_scale() == 1.0 and ours.skipped_steps == 6
+
+
+def _sum_reduced_run(scaler: torch.amp.GradScaler, steps: int = 8) -> list[tuple]:
+    """Float16 autocast on a loss summed over 8192 rows: its weight gradient overflows float16
+    (inf) at scales 1 to 0.25 and trains from 0.125. Per step: scale, applied, weights."""
+    torch.manual_seed(0)
+    model = nn.Linear(16, 4)
+    optimizer = torch.optim.SGD(model.parameters(), 1e-7)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(8192, 16, generator=generator) * 4
+    y = torch.rand(8192, 4, generator=generator) * 4 + 8
+    trace = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        before = model.weight.detach().clone()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = nn.functional.mse_loss(model(x), y, reduction="sum")
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        weights = [p.detach().clone() for p in model.parameters()]
+        applied = not torch.equal(before, model.weight)
+        trace.append((scaler.get_scale(), applied, weights))
+    return trace
+
+
+def test_a_loss_that_overflows_unscaled_trains_below_one_as_with_stock() -> None:
+    """Stock torch lets the scale fall below 1, which such a script needs: with min_loss_scale=0
+    ours does too, step for step (scales, skips, bitwise weights); init_scale below 1 starts
+    there. The default floor of 1 skips every step, and the stuck-run guard says so."""
+    stock = _sum_reduced_run(torch.amp.GradScaler("cpu", 1.0, growth_interval=3))
+    ours = _sum_reduced_run(GradScaler("cpu", 1.0, growth_interval=3, min_loss_scale=0))
+    expected = [(0.5, False), (0.25, False), (0.125, False), (0.125, True)]
+    assert [(s, a) for s, a, _ in stock][:4] == expected
+    assert [(s, a) for s, a, _ in ours] == [(s, a) for s, a, _ in stock]
+    assert all(_same(mine, theirs) for (_, _, mine), (_, _, theirs) in zip(ours, stock))
+
+    low = _sum_reduced_run(GradScaler("cpu", 0.125, growth_interval=100, min_loss_scale=0.125))
+    stock_low = _sum_reduced_run(torch.amp.GradScaler("cpu", 0.125, growth_interval=100))
+    assert [(s, a) for s, a, _ in low] == [(0.125, True)] * 8
+    assert all(_same(mine, theirs) for (_, _, mine), (_, _, theirs) in zip(low, stock_low))
+
+    floored = _sum_reduced_run(GradScaler("cpu", 1.0))
+    assert [(s, a) for s, a, _ in floored] == [(1.0, False)] * 8
+    with pytest.raises(RuntimeError, match="3 consecutive training steps were skipped"):
+        _sum_reduced_run(GradScaler("cpu", 1.0, max_skipped_steps_at_floor=3))
+
+
+def test_no_floor_falls_to_zero_as_stock_and_loads_stocks_zero() -> None:
+    """min_loss_scale=0 is stock's rule to the last bit, down to 0, and a stock state dict at 0
+    loads as it is. At a scale whose reciprocal is inf in float32, unscaling turns the gradients
+    into NaN (0 * inf) after the check passed them: stock applies that step and its weights
+    become NaN; ours skips it, with a warning when the scale gets there."""
+    steps = [False] * 170
+
+    def weights_after(scaler: torch.amp.GradScaler) -> tuple[list[float], list[torch.Tensor]]:
+        model = _mlp()
+        optimizer = torch.optim.SGD(model.parameters(), 0.01)
+        scales = []
+        for finite in steps + [True]:
+            _train_step(scaler, model, optimizer, X if finite else _poisoned())
+            scales.append(scaler.get_scale())
+        return scales, [p.detach() for p in model.parameters()]
+
+    stock_scales, stock_weights = weights_after(torch.amp.GradScaler("cpu"))
+    with pytest.warns(UserWarning, match="every step is skipped from now on") as caught:
+        ours_scales, ours_weights = weights_after(GradScaler("cpu", min_loss_scale=0))
+    assert len(caught) == 1 and caught[0].filename == __file__
+    assert ours_scales == stock_scales and stock_scales[-2:] == [0.0, 0.0]
+    assert all(w.isnan().all() for w in stock_weights)  # the clean step at 0 poisoned them
+    assert _same(ours_weights, [p.detach() for p in _mlp().parameters()])
+
+    scaler = GradScaler("cpu", min_loss_scale=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaler.load_state_dict(torch.amp.GradScaler("cpu").state_dict() | {"scale": 0.0})
+    assert scaler.get_scale() == 0.0 and _drive(scaler, [True]) == [0.0]
+    assert scaler.last_step_applied is False
+    scaler.update(0.25)  # new_scale below 1 where the floor allows it
+    assert scaler.get_scale() == 0.25 and _drive(scaler, [True]) == [0.25]
+    assert scaler.last_step_applied is True
 
 
 def test_stuck_run_guard_raises_with_the_rules_message() -> None:
@@ -701,6 +950,43 @@ def test_loads_a_stock_state_dict_and_continues_like_stock() -> None:
         ours.load_state_dict({})
 
 
+def test_load_state_dict_refuses_what_is_not_a_scalers_state_and_names_it() -> None:
+    """Stock raises KeyError: 'scale' for a whole checkpoint or an optimizer's state dict; ours
+    says which it is and where the scaler's state is. A malformed counter names its entry.
+    Nothing is loaded from a refused dict."""
+    model = _mlp()
+    optimizer = torch.optim.Adam(model.parameters())
+    scaler = GradScaler("cpu", 64.0, growth_interval=7)
+    _drive(scaler, [True, True])
+    before = scaler.state_dict()
+    checkpoint = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": GradScaler("cpu", 8.0).state_dict(),
+        "epoch": 3,
+    }
+    with pytest.raises(KeyError) as stock_error:
+        torch.amp.GradScaler("cpu").load_state_dict(checkpoint)
+    assert stock_error.value.args == ("scale",)
+    with pytest.raises(KeyError, match=r"whole checkpoint.*checkpoint\['scaler'\]"):
+        scaler.load_state_dict(checkpoint)
+    with pytest.raises(KeyError, match="an optimizer's state dict"):
+        scaler.load_state_dict(optimizer.state_dict())
+    with pytest.raises(KeyError, match=r"keys \['epoch'\]"):
+        scaler.load_state_dict({"epoch": 3})
+    for key in ("_growth_tracker", "_bad_steps", "_skipped_steps", "_skips_at_floor"):
+        for bad in ("abc", -1, 2.5, True):
+            with pytest.raises(ValueError, match=rf"state_dict\['{key}'\] must be a non-neg"):
+                scaler.load_state_dict({**before, key: bad})
+    with pytest.raises(ValueError, match=r"state_dict\['growth_interval'\]"):
+        scaler.load_state_dict({**before, "growth_interval": 0})
+    with pytest.raises(ValueError, match=r"state_dict\['dynamic'\]"):
+        scaler.load_state_dict({**before, "dynamic": "yes"})
+    assert scaler.state_dict() == before
+    scaler.load_state_dict({**before, "_growth_tracker": torch.tensor(3), "_bad_steps": 1.0})
+    assert scaler.state_dict() == {**before, "_growth_tracker": 3, "_bad_steps": 1}
+
+
 def test_loads_a_torch_npu_state_dict_with_its_dynamic_key() -> None:
     # What torch_npu.npu.amp.GradScaler.state_dict() returns: stock's entries plus "dynamic".
     torch_npu_state = {
@@ -823,9 +1109,11 @@ def test_a_cuda_scaler_without_cuda_says_it_is_disabled_and_what_to_pass() -> No
 
 def test_a_scaler_pickled_before_the_per_scaler_op_lookup_still_steps() -> None:
     # Such a pickle's state has no _fused (what the op lookup is kept in since); it is added.
+    # The state goes through pickle as a real one would: __getstate__'s shallow copy shares the
+    # live scaler's objects.
     scaler = GradScaler("cpu", 1024.0)
     _drive(scaler, [True])
-    state = scaler.__getstate__()
+    state = pickle.loads(pickle.dumps(scaler.__getstate__()))
     del state["_fused"]
     resumed = pickle.loads(pickle.dumps(scaler))
     resumed.__dict__.clear()
@@ -845,3 +1133,64 @@ def test_overflow_mode_set_after_construction_decides_every_gradient() -> None:
         scaler.step(optimizer)
         scaler.update()
         assert scaler.skipped_steps == skipped, mode
+
+
+def _vits_loop(
+    scaler: torch.amp.GradScaler, unscale_first: bool, overflow_at: tuple[str, int]
+) -> list[tuple[bool, bool, float, list[torch.Tensor]]]:
+    """A GAN/TTS iteration as VITS writes it: D's backward and step, then G's backward (through
+    D, so D's gradients gain G's terms after D stepped) and step, one update() per iteration.
+    Per iteration: whether D stepped, whether G stepped (Adam's step counts), the scale, and
+    every weight."""
+    torch.manual_seed(0)
+    gen, disc = nn.Linear(4, 4), nn.Linear(4, 1)
+    opt_g, opt_d = torch.optim.Adam(gen.parameters(), 0.1), torch.optim.Adam(disc.parameters(), 0.1)
+
+    def steps(optimizer: torch.optim.Optimizer) -> float:
+        return sum(float(s["step"]) for s in optimizer.state.values())
+
+    def backward_and_step(loss: torch.Tensor, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        if unscale_first:
+            scaler.unscale_(opt)
+            torch.stack([p.grad.norm() for p in model.parameters()]).norm()  # VITS's grad norm
+        scaler.step(opt)
+
+    trace = []
+    for it in range(5):
+        noise, real = torch.randn(8, 4), torch.randn(8, 4)
+        d_steps, g_steps = steps(opt_d), steps(opt_g)
+        loss_d = disc(gen(noise).detach()).mean() - disc(real).mean()
+        if overflow_at == ("d", it):
+            loss_d = loss_d * INF
+        backward_and_step(loss_d, disc, opt_d)
+        loss_g = -disc(gen(noise)).mean()
+        if overflow_at == ("g", it):
+            loss_g = loss_g * INF
+        backward_and_step(loss_g, gen, opt_g)
+        scaler.update()
+        weights = [p.detach().clone() for p in [*gen.parameters(), *disc.parameters()]]
+        trace.append((steps(opt_d) > d_steps, steps(opt_g) > g_steps, scaler.get_scale(), weights))
+    return trace
+
+
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+@pytest.mark.parametrize("unscale_first", [True, False])
+@pytest.mark.parametrize("overflow_at", [("g", 1), ("d", 1), ("g", 0), ("g", 4)])
+def test_a_gan_loop_with_one_update_per_iteration_decides_as_stock(
+    mode: str, unscale_first: bool, overflow_at: tuple[str, int]
+) -> None:
+    """VITS-style loop, one scaler, one update() per iteration, D stepped before G's backward:
+    after G overflows, D's next step must not read G's stale inf gradients (which G only zeroes
+    after D has stepped) and skip, halving the scale a second time. Every iteration as stock:
+    which optimizers stepped, the scale, bitwise the weights."""
+    ours = _vits_loop(GradScaler("cpu", 1024.0, overflow_mode=mode), unscale_first, overflow_at)
+    stock = _vits_loop(torch.amp.GradScaler("cpu", 1024.0), unscale_first, overflow_at)
+    for it, (mine, theirs) in enumerate(zip(ours, stock)):
+        assert mine[:3] == theirs[:3], it
+        assert _same(mine[3], theirs[3]), it
+    who, at = overflow_at
+    assert [(d, g) for d, g, _, _ in ours] == [
+        (not (who == "d" and it == at), not (who == "g" and it == at)) for it in range(5)
+    ]
