@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 from keras.src.utils import tracking
 
+from npu_lossscale.keras.checks import extras_config, keras3_inner_error
 from npu_lossscale.keras.overflow import agreed_finite, local_finite, unscale, unscale_and_check
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
 from npu_lossscale.rule import DynamicRule, check_bool, check_fixed_extras
@@ -49,15 +50,7 @@ def _check_inner(inner_optimizer: object) -> None:
         )
     if isinstance(inner_optimizer, keras.optimizers.Optimizer):
         return
-    hint = ""
-    if isinstance(inner_optimizer, tf.compat.v1.train.Optimizer):
-        hint = (
-            " (a tf.compat.v1 optimizer: wrap it in npu_lossscale.NPULossScaleOptimizer instead, "
-            "or build a Keras optimizer such as keras.optimizers.SGD)"
-        )
-    raise ValueError(
-        f"inner_optimizer must be a keras.optimizers.Optimizer; got {inner_optimizer!r}{hint}"
-    )
+    raise ValueError(keras3_inner_error(inner_optimizer))
 
 
 def _check_is_distributed(value: object) -> bool | None:
@@ -470,14 +463,18 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(
-            dynamic=self.dynamic,
-            overflow_mode=self._requested_mode,
-            is_distributed=self.is_distributed,
-            decr_every_n_nan_or_inf=self._rule.decr_every_n_nan_or_inf,
-            decr_ratio=self._rule.decr_ratio,
-            incr_ratio=self._rule.incr_ratio,
-            min_loss_scale=self._rule.min_loss_scale,
-            max_loss_scale=self._rule.max_loss_scale,
-            max_skipped_steps_at_floor=self._rule.max_skipped_steps_at_floor,
+            extras_config(
+                dict(
+                    dynamic=self.dynamic,
+                    overflow_mode=self._requested_mode,
+                    is_distributed=self.is_distributed,
+                    decr_every_n_nan_or_inf=self._rule.decr_every_n_nan_or_inf,
+                    decr_ratio=self._rule.decr_ratio,
+                    incr_ratio=self._rule.incr_ratio,
+                    min_loss_scale=self._rule.min_loss_scale,
+                    max_loss_scale=self._rule.max_loss_scale,
+                    max_skipped_steps_at_floor=self._rule.max_skipped_steps_at_floor,
+                )
+            )
         )
         return config
