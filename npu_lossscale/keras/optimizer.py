@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 from keras.src.utils import tracking
 
+from npu_lossscale.keras import scale_repair
 from npu_lossscale.keras.checks import extras_config, keras3_inner_error
 from npu_lossscale.keras.overflow import agreed_finite, local_finite, unscale, unscale_and_check
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
@@ -36,6 +37,7 @@ from npu_lossscale.tf.managers import (
 
 logger = logging.getLogger("npu_lossscale")
 
+_WHO = "npu_lossscale.keras.LossScaleOptimizer"
 # The Keras spellings of the rule's arguments, so that an error names what the user wrote.
 _NAMES = {"init_loss_scale": "initial_scale", "incr_every_n_steps": "dynamic_growth_steps"}
 
@@ -344,6 +346,10 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             divide = [not self._overwrite_variable_with_gradient(v) for v in targets]
             scale = tf.convert_to_tensor(self.dynamic_scale.value)
             grads, finite = unscale_and_check(grads, divide, scale, self.overflow_mode)
+            # The check judges the scaled values; a restored scale of 0 (or a denormal) leaves
+            # them clean and their unscaled values NaN: such a step is skipped, and the rule
+            # puts the scale back to the floor (scale_repair).
+            finite = tf.logical_and(finite, scale_repair.usable(scale, self._rule.min_loss_scale))
         finite = agreed_finite(finite, self.is_distributed)
         context = distributed._strategy_replica_context()
         if context is None:
@@ -407,11 +413,24 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         track_bad = self._rule.decr_every_n_nan_or_inf > 1
         track_floor = self._rule.max_skipped_steps_at_floor is not None
 
+        # A restored scale that cannot be used (0, a denormal, below the floor, inf: see
+        # scale_repair) is put back to the floor where the rule reads it anyway.
+        floor = self._rule.min_loss_scale
+        stored = read(self.dynamic_scale.value)
+        fine = scale_repair.usable(stored, floor)
+
+        def repaired() -> tf.Tensor:
+            return tf.cond(
+                fine,
+                lambda: tf.identity(stored),
+                lambda: scale_repair.warn_and_reset(self.dynamic_scale, stored, floor, _WHO),
+            )
+
         def move() -> tf.Tensor:
             scale, good, bad, at_floor = next_rule_state(
                 self._rule,
                 finite,
-                read(self.dynamic_scale.value),
+                repaired(),
                 read(self.step_counter.value),
                 read(self.bad_steps.value) if track_bad else tf.constant(0, tf.int64),
                 read(self.skips_at_floor.value) if track_floor else tf.constant(0, tf.int64),
@@ -431,10 +450,16 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             # every node of the branch not taken still costs the executor a little each step.
             if track_floor:
                 self.skips_at_floor.assign(tf.constant(0, tf.int64))
-            growing = read(self.step_counter.value) + 1 >= self._rule.incr_every_n_steps
+            growing = tf.logical_or(
+                read(self.step_counter.value) + 1 >= self._rule.incr_every_n_steps,
+                tf.logical_not(fine),
+            )
 
             def grow() -> None:
-                self.dynamic_scale.assign(grown_scale(self._rule, read(self.dynamic_scale.value)))
+                # An unusable scale takes this branch too: it goes to the floor, not grown.
+                self.dynamic_scale.assign(
+                    tf.where(fine, grown_scale(self._rule, stored), repaired())
+                )
                 self.step_counter.assign(tf.constant(0, tf.int64))
                 if track_bad:
                     self.bad_steps.assign(tf.constant(0, tf.int64))
@@ -446,7 +471,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             return
         if not (track_bad or track_floor):
             # Back off on every overflow (the default): the rule's shrink side alone.
-            self.dynamic_scale.assign(shrunk_scale(self._rule, read(self.dynamic_scale.value)))
+            self.dynamic_scale.assign(shrunk_scale(self._rule, repaired()))
             self.step_counter.assign(tf.constant(0, tf.int64))
             return
         at_floor = move()
