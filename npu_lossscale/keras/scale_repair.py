@@ -16,6 +16,7 @@ import sys
 import tensorflow as tf
 
 from npu_lossscale.rule import FLOAT32_MAX
+from npu_lossscale.tf import kernels
 
 logger = logging.getLogger("npu_lossscale")
 
@@ -38,10 +39,13 @@ def warn_and_reset(variable: tf.Variable, scale: tf.Tensor, floor: float, who: s
     """Inside the branch taken when ``scale`` is not usable: log, set the floor, return it.
 
     Eagerly the warning goes to the npu_lossscale logger; traced, through tf.print to stderr,
-    since a Python logger would fire once at trace time instead of when it happens.
+    since a Python logger would fire once at trace time instead of when it happens; in an XLA
+    compiled step (which cannot print) the scale is reset without a message.
     """
     if tf.executing_eagerly():
         logger.warning("%s (it was %s)", _message(who, floor), float(scale))
+        printed = tf.no_op()
+    elif kernels.in_xla_context():  # XLA cannot compile a print: the reset alone
         printed = tf.no_op()
     else:
         printed = tf.print(

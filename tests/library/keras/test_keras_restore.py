@@ -42,6 +42,21 @@ def test_restored_unusable_scale_goes_to_the_floor_and_weights_stay_finite(
     assert "reset to the floor" in capfd.readouterr().err
 
 
+def test_restored_zero_scale_in_an_xla_step(tmp_path) -> None:
+    stock = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+    stock.build(_model().trainable_variables)
+    stock.dynamic_scale.assign(0.0)
+    path = tf.train.Checkpoint(optimizer=stock).save(str(tmp_path / "stock"))
+    model = _model()
+    opt = LossScaleOptimizer(keras.optimizers.SGD(0.01))
+    opt.build(model.trainable_variables)
+    tf.train.Checkpoint(optimizer=opt).restore(path).expect_partial()
+    model.compile(optimizer=opt, loss="mse", jit_compile=True)  # XLA cannot print: reset only
+    model.fit(X, Y, batch_size=4, epochs=1, verbose=0)
+    assert all(np.isfinite(w).all() for w in model.get_weights())
+    assert float(opt.loss_scale) == 1.0 and int(opt.skipped_steps) == 1
+
+
 def test_is_distributed_without_an_engine_names_the_keras_class() -> None:
     model = _model()
     model.compile(
