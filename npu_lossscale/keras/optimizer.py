@@ -21,6 +21,8 @@ import keras
 import tensorflow as tf
 from keras.src.utils import tracking
 
+from npu_lossscale.keras import scale_repair
+from npu_lossscale.keras.checks import extras_config, keras3_inner_error
 from npu_lossscale.keras.overflow import agreed_finite, local_finite, unscale, unscale_and_check
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
 from npu_lossscale.rule import DynamicRule, check_bool, check_fixed_extras
@@ -35,6 +37,7 @@ from npu_lossscale.tf.managers import (
 
 logger = logging.getLogger("npu_lossscale")
 
+_WHO = "npu_lossscale.keras.LossScaleOptimizer"
 # The Keras spellings of the rule's arguments, so that an error names what the user wrote.
 _NAMES = {"init_loss_scale": "initial_scale", "incr_every_n_steps": "dynamic_growth_steps"}
 
@@ -49,15 +52,7 @@ def _check_inner(inner_optimizer: object) -> None:
         )
     if isinstance(inner_optimizer, keras.optimizers.Optimizer):
         return
-    hint = ""
-    if isinstance(inner_optimizer, tf.compat.v1.train.Optimizer):
-        hint = (
-            " (a tf.compat.v1 optimizer: wrap it in npu_lossscale.NPULossScaleOptimizer instead, "
-            "or build a Keras optimizer such as keras.optimizers.SGD)"
-        )
-    raise ValueError(
-        f"inner_optimizer must be a keras.optimizers.Optimizer; got {inner_optimizer!r}{hint}"
-    )
+    raise ValueError(keras3_inner_error(inner_optimizer))
 
 
 def _check_is_distributed(value: object) -> bool | None:
@@ -351,6 +346,10 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             divide = [not self._overwrite_variable_with_gradient(v) for v in targets]
             scale = tf.convert_to_tensor(self.dynamic_scale.value)
             grads, finite = unscale_and_check(grads, divide, scale, self.overflow_mode)
+            # The check judges the scaled values; a restored scale of 0 (or a denormal) leaves
+            # them clean and their unscaled values NaN: such a step is skipped, and the rule
+            # puts the scale back to the floor (scale_repair).
+            finite = tf.logical_and(finite, scale_repair.usable(scale, self._rule.min_loss_scale))
         finite = agreed_finite(finite, self.is_distributed)
         context = distributed._strategy_replica_context()
         if context is None:
@@ -414,11 +413,24 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         track_bad = self._rule.decr_every_n_nan_or_inf > 1
         track_floor = self._rule.max_skipped_steps_at_floor is not None
 
+        # A restored scale that cannot be used (0, a denormal, below the floor, inf: see
+        # scale_repair) is put back to the floor where the rule reads it anyway.
+        floor = self._rule.min_loss_scale
+        stored = read(self.dynamic_scale.value)
+        fine = scale_repair.usable(stored, floor)
+
+        def repaired() -> tf.Tensor:
+            return tf.cond(
+                fine,
+                lambda: tf.identity(stored),
+                lambda: scale_repair.warn_and_reset(self.dynamic_scale, stored, floor, _WHO),
+            )
+
         def move() -> tf.Tensor:
             scale, good, bad, at_floor = next_rule_state(
                 self._rule,
                 finite,
-                read(self.dynamic_scale.value),
+                repaired(),
                 read(self.step_counter.value),
                 read(self.bad_steps.value) if track_bad else tf.constant(0, tf.int64),
                 read(self.skips_at_floor.value) if track_floor else tf.constant(0, tf.int64),
@@ -438,10 +450,16 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             # every node of the branch not taken still costs the executor a little each step.
             if track_floor:
                 self.skips_at_floor.assign(tf.constant(0, tf.int64))
-            growing = read(self.step_counter.value) + 1 >= self._rule.incr_every_n_steps
+            growing = tf.logical_or(
+                read(self.step_counter.value) + 1 >= self._rule.incr_every_n_steps,
+                tf.logical_not(fine),
+            )
 
             def grow() -> None:
-                self.dynamic_scale.assign(grown_scale(self._rule, read(self.dynamic_scale.value)))
+                # An unusable scale takes this branch too: it goes to the floor, not grown.
+                self.dynamic_scale.assign(
+                    tf.where(fine, grown_scale(self._rule, stored), repaired())
+                )
                 self.step_counter.assign(tf.constant(0, tf.int64))
                 if track_bad:
                     self.bad_steps.assign(tf.constant(0, tf.int64))
@@ -453,7 +471,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             return
         if not (track_bad or track_floor):
             # Back off on every overflow (the default): the rule's shrink side alone.
-            self.dynamic_scale.assign(shrunk_scale(self._rule, read(self.dynamic_scale.value)))
+            self.dynamic_scale.assign(shrunk_scale(self._rule, repaired()))
             self.step_counter.assign(tf.constant(0, tf.int64))
             return
         at_floor = move()
@@ -470,14 +488,18 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(
-            dynamic=self.dynamic,
-            overflow_mode=self._requested_mode,
-            is_distributed=self.is_distributed,
-            decr_every_n_nan_or_inf=self._rule.decr_every_n_nan_or_inf,
-            decr_ratio=self._rule.decr_ratio,
-            incr_ratio=self._rule.incr_ratio,
-            min_loss_scale=self._rule.min_loss_scale,
-            max_loss_scale=self._rule.max_loss_scale,
-            max_skipped_steps_at_floor=self._rule.max_skipped_steps_at_floor,
+            extras_config(
+                dict(
+                    dynamic=self.dynamic,
+                    overflow_mode=self._requested_mode,
+                    is_distributed=self.is_distributed,
+                    decr_every_n_nan_or_inf=self._rule.decr_every_n_nan_or_inf,
+                    decr_ratio=self._rule.decr_ratio,
+                    incr_ratio=self._rule.incr_ratio,
+                    min_loss_scale=self._rule.min_loss_scale,
+                    max_loss_scale=self._rule.max_loss_scale,
+                    max_skipped_steps_at_floor=self._rule.max_skipped_steps_at_floor,
+                )
+            )
         )
         return config

@@ -157,5 +157,22 @@ def agreed_finite(finite: tf.Tensor, is_distributed: bool | None) -> tf.Tensor:
     if not should_reduce(is_distributed):
         return finite
     status = tf.cast(tf.logical_not(finite), tf.float32)
-    summed = distributed.resolve_reducer(None).all_reduce_sum(status)
-    return tf.equal(summed, 0.0)
+    try:
+        reducer = distributed.resolve_reducer(None)
+    except distributed.NoDistributedEngineError as error:
+        raise no_engine_error() from error
+    return tf.equal(reducer.all_reduce_sum(status), 0.0)
+
+
+def no_engine_error() -> distributed.NoDistributedEngineError:
+    """is_distributed=True with nothing to sum over, in the Keras class's own terms (the TF1
+    optimizer's message names that class and a reducer= argument the Keras classes lack)."""
+    return distributed.NoDistributedEngineError(
+        "npu_lossscale.keras.LossScaleOptimizer(is_distributed=True): no distributed engine is "
+        "active where apply_gradients runs. It looks for a tf.distribute replica context "
+        "(model.fit, or strategy.run in a custom loop, with the model and optimizer built under "
+        "strategy.scope()), then Horovod (horovod.tensorflow imported and hvd.init() called), "
+        "then the Ascend HCCL adapter (npu_bridge). Train under one of these, or leave "
+        "is_distributed=None (the default: sum over a strategy's replicas when there are "
+        "several) for one worker."
+    )
