@@ -7,6 +7,7 @@ imported lazily: a tree with nothing to port never pays for loading libcst.
 
 from __future__ import annotations
 
+import ast
 import gc
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -151,10 +152,39 @@ def prepare_one(path: str, source: bytes, options: MigrateOptions) -> _Prepared:
 
 
 def finish_one(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> _Outcome:
-    """Second pass: the file's final result under the project plan."""
+    """Second pass: the file's final result under the project plan, checked to parse."""
     from migrator.pipeline.transform import finish
 
-    return _guarded(lambda: finish(prepared, plan, options))
+    result, error = _guarded(lambda: finish(prepared, plan, options))
+    if result is not None and result.changed:
+        error = output_error(result.old_source, result.new_source)
+        if error is not None:
+            return None, error
+    return result, error
+
+
+def output_error(old: bytes, new: bytes) -> str | None:
+    """Why a rewritten module must not be written, or None when it parses.
+
+    A bug in a codemod (a dangling comma, an unbalanced bracket) would otherwise put a file that no
+    longer imports in the user's tree and exit 0. Python's own parser is the judge, as it will be
+    when the script runs; a file it could not parse before the port is not held to it.
+    """
+    try:
+        ast.parse(new)
+    except SyntaxError as exc:
+        try:
+            ast.parse(old)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        where = f"{exc.lineno}:{exc.offset or 1}" if exc.lineno else "?"
+        return (
+            f"internal error in npu-migrate: the ported file would not parse ({where}: {exc.msg}); "
+            "left untouched, please report it"
+        )
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return None
 
 
 YOUNG_COLLECTION_THRESHOLD = 100_000
