@@ -20,7 +20,7 @@ from migrator.selection.horovod_sites import init_sites, name_init_sites
 from migrator.selection.prefilter import might_need_migration
 from migrator.selection.reexports import imported_from
 from migrator.selection.triage import parses, verdict, widen
-from migrator.sources import pytree
+from migrator.sources import limits, pytree
 from migrator.sources.files import (
     SourceFile,
     atomic_write,
@@ -110,7 +110,7 @@ _Outcome = tuple[MigrationResult | None, str | None]
 _Prepared = tuple["PreparedFile | None", "GlobalStepFacts | None", "str | None"]
 
 
-def _guarded(work: Callable[[], MigrationResult]) -> _Outcome:
+def _guarded(work: Callable[[], MigrationResult], source: bytes) -> _Outcome:
     """Run one file's work, turning every way it can fail into a reason instead of an abort.
 
     A crash inside a codemod on one odd file must not stop a project-wide run nor touch that file,
@@ -121,7 +121,13 @@ def _guarded(work: Callable[[], MigrationResult]) -> _Outcome:
     except SourceError as exc:
         return None, str(exc) or "cannot parse"
     except RecursionError:
-        return None, "too deeply nested for the parser"
+        line = limits.deepest_line(source)
+        where = f"{line}:1: " if line is not None else ""
+        return (
+            None,
+            f"{where}too deeply nested for the parser; split the expression, or port "
+            "this file by hand",
+        )
     except Exception as exc:  # see docstring: one odd file must not abort the run
         return None, f"internal error in npu-migrate ({type(exc).__name__}: {exc}); left untouched"
 
@@ -141,7 +147,7 @@ def prepare_one(path: str, source: bytes, options: MigrateOptions) -> _Prepared:
         prepared = prepare_source(source, path=path, options=options)
         return prepared.ported
 
-    _, error = _guarded(work)
+    _, error = _guarded(work, source)
     if prepared is not None:
         return prepared, prepared.facts, None
     try:
@@ -155,7 +161,7 @@ def finish_one(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOption
     """Second pass: the file's final result under the project plan, checked to parse."""
     from migrator.pipeline.transform import finish
 
-    result, error = _guarded(lambda: finish(prepared, plan, options))
+    result, error = _guarded(lambda: finish(prepared, plan, options), _user_bytes(prepared))
     if result is not None and result.changed:
         error = output_error(result.old_source, result.new_source)
         if error is not None:
@@ -185,6 +191,13 @@ def output_error(old: bytes, new: bytes) -> str | None:
     except (ValueError, RecursionError, MemoryError):
         return None
     return None
+
+
+def _user_bytes(prepared: PreparedFile) -> bytes:
+    """The file as the user wrote it (not a long file's view, nor with loss scaling added)."""
+    if prepared.view is not None:
+        return prepared.view.original
+    return prepared.original or prepared.source
 
 
 YOUNG_COLLECTION_THRESHOLD = 100_000

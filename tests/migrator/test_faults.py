@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from cli_runner import REPO_ROOT, cli_env, run_cli
 
 PORTABLE = b"import tensorflow as tf\nm = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
@@ -71,3 +72,57 @@ def test_a_rewrite_that_would_not_parse_fails_alone(tmp_path: Path) -> None:
     # The unbroken package ports the same file: the failure came from the planted bug.
     assert run_cli("--write", ".", cwd=tree).returncode == 0
     assert b"FixedLossScaleManager(128)" in (tree / "bad.py").read_bytes() != bad
+
+
+# Each crashed libcst's native parser with signal 11 (measured: 3,000 brackets, 8,000 terms), or
+# took minutes (a statement of hundreds of thousands of list items).
+PATHOLOGICAL = {
+    "brackets.py": "x = " + "(" * 5000 + "1" + ")" * 5000 + "\n",
+    "sum.py": "x = " + "+".join(["a"] * 8000) + "\n",
+    "calls.py": "x = f" + "()" * 8000 + "\n",
+    "data.py": "x = [" + ", ".join(["1"] * 30_000) + "]\n",
+}
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_file_too_deep_for_the_parser_fails_alone_with_its_line(
+    tmp_path: Path, jobs: str
+) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    header = PORTABLE.decode() + "y = 1\n"  # the pathological statement is on line 4
+    for name, statement in PATHOLOGICAL.items():
+        (tree / name).write_text(header + statement)
+    for index in range(4):  # enough files for worker processes with -j2
+        (tree / f"good{index}.py").write_bytes(PORTABLE)
+    proc = run_cli("--write", "-j", jobs, ".", cwd=tree, timeout=120)
+
+    assert proc.returncode == 123, proc.stderr
+    for index in range(4):
+        _assert_ported((tree / f"good{index}.py").read_bytes())
+    for name, statement in PATHOLOGICAL.items():
+        assert (tree / name).read_text() == header + statement
+    lines = proc.stderr.splitlines()
+    for name in ("brackets.py", "sum.py", "calls.py"):
+        assert any(
+            line.startswith(f"{name}:4:") and ": too deeply nested for the parser: " in line
+            for line in lines
+        ), proc.stderr
+    assert any(line.startswith("data.py:4:1: statement too long for the parser") for line in lines)
+    assert lines[-1].startswith("npu-migrate: 8 files scanned, 4 changed, 0 warnings, 4 failed")
+
+
+def test_the_depth_measure_tells_deep_from_long_and_flat() -> None:
+    from migrator.findings import SourceError
+    from migrator.sources import limits
+
+    flat = "x = [" + ", ".join(["-1"] * 10_000) + "]\n"  # long, but every item is shallow
+    limits.check(flat.encode())
+    assert limits.deepest_line(("y = 1\n" + flat + "z = a+b+c\n").encode()) == 2
+    chain = "x = " + ".".join(["a"] * (limits.MAX_DEPTH + 5)) + "\n"
+    with pytest.raises(SourceError, match=r"^2:\d+: too deeply nested for the parser"):
+        limits.check(("y = 1\n" + chain).encode())
+    # Python's own limit is 200 nested brackets: all of them pass.
+    limits.check(("x = " + "(" * 199 + "1" + ")" * 199 + "\n").encode())
+    # Not Python at all: left to the parser, which reports the syntax error.
+    limits.check(b"def f(:\n")
