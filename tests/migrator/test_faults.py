@@ -4,14 +4,16 @@ a read-only directory, a killed process. Each must cost the files it concerns an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_runner import REPO_ROOT, cli_env, run_cli
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, cli_env, run_cli
 
 PORTABLE = b"import tensorflow as tf\nm = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
 
@@ -126,3 +128,87 @@ def test_the_depth_measure_tells_deep_from_long_and_flat() -> None:
     limits.check(("x = " + "(" * 199 + "1" + ")" * 199 + "\n").encode())
     # Not Python at all: left to the parser, which reports the syntax error.
     limits.check(b"def f(:\n")
+
+
+@contextlib.contextmanager
+def _immutable(path: Path) -> Iterator[None]:
+    """Nothing in `path` can be created, renamed or removed, even by root (a read-only mount's
+    effect, by the file system's own flag); skips where the flag is not available."""
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr is not available")
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("this file system or user cannot set the immutable flag")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def _crossfile_tree(root: Path) -> tuple[Path, Path]:
+    """The BERT cross-file shape with the optimizer class in another directory (lib/)."""
+    (root / "lib").mkdir(parents=True)
+    (root / "train").mkdir()
+    crossfile = MIGRATOR_FIXTURES / "bert" / "crossfile"
+    shutil.copy(crossfile / "custom_opt.py", root / "lib")
+    (root / "lib" / "__init__.py").write_bytes(b"")
+    trainer = (crossfile / "run_pretraining.py").read_text()
+    (root / "train" / "run_pretraining.py").write_text(
+        trainer.replace("from custom_opt import", "from lib.custom_opt import")
+    )
+    return root / "lib" / "custom_opt.py", root / "train" / "run_pretraining.py"
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("blocked", ["class directory", "trainer file"])
+def test_a_cross_file_move_is_written_all_or_none(tmp_path: Path, blocked: str) -> None:
+    # The class file is renamed first. A read-only lib/ fails its staging (nothing renamed yet);
+    # an immutable trainer fails the second rename, after the class file was replaced: it must get
+    # its old bytes back.
+    tree = tmp_path / "tree"
+    class_file, trainer = _crossfile_tree(tree)
+    before = _snapshot(tree)
+    report = tmp_path / "report.json"
+    with _immutable(class_file.parent if blocked == "class directory" else trainer):
+        proc = run_cli("--write", "--report", report, ".", cwd=tree)
+    assert proc.returncode == 123, proc.stderr
+    assert _snapshot(tree) == before  # no temporary file either
+    failed = {f["path"]: f["reason"] for f in json.loads(report.read_text())["failed"]}
+    culprit, other = ("lib", "train") if blocked == "class directory" else ("train", "lib")
+    (culprit_reason,) = [r for p, r in failed.items() if p.startswith(culprit)]
+    (other_reason,) = [r for p, r in failed.items() if p.startswith(other)]
+    assert culprit_reason.startswith("cannot write ") and culprit in culprit_reason
+    assert ".tmp" not in culprit_reason
+    assert "written together or not at all" in other_reason
+    # Once writable, the same run ports both.
+    assert run_cli("--write", ".", cwd=tree).returncode == 0
+    assert b"new_global_step" in class_file.read_bytes()
+    assert b"# train_op = tf.group(train_op, global_step.assign_add(1))" in trainer.read_bytes()
+
+
+def test_a_half_applied_move_in_the_tree_is_reported(tmp_path: Path) -> None:
+    # What a kill between the two writes of an older npu-migrate left: the trainer ported (its
+    # update commented out), the class without its increment. A re-run used to say "0 changed".
+    tree = tmp_path / "tree"
+    class_file, trainer = _crossfile_tree(tree)
+    original_class = class_file.read_bytes()
+    assert run_cli("--write", ".", cwd=tree).returncode == 0
+    class_file.write_bytes(original_class)
+    half = _snapshot(tree)
+    proc = run_cli("--write", ".", cwd=tree)
+    assert proc.returncode == 123
+    (line,) = [
+        number
+        for number, text in enumerate(trainer.read_text().splitlines(), 1)
+        if "npu-migrate: global_step now advances in" in text
+    ]
+    assert (
+        f"train/run_pretraining.py:{line}:1: half-applied global-step move: the update below this "
+        "line was moved into LambLike.apply_gradients, but LambLike (lib/custom_opt.py:5) does "
+        "not advance global_step" in proc.stderr
+    )
+    assert _snapshot(tree) == half
