@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ast
 import gc
+import os
 import posixpath
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -220,10 +222,25 @@ def collect_less_often() -> None:
 _worker_options: MigrateOptions | None = None
 
 
+PARENT_POLL_SECONDS = 0.5
+
+
 def _init_worker(options: MigrateOptions) -> None:
     global _worker_options
     _worker_options = options
     collect_less_often()
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker once the process that started it is gone.
+
+    A killed npu-migrate (SIGKILL, an OOM kill) cannot tell its pool to stop, and a worker waiting
+    for work or porting a large file went on for a minute, holding memory; when the parent dies the
+    worker is re-parented, which this notices within PARENT_POLL_SECONDS."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_SECONDS)
+    os._exit(1)
 
 
 def _prepare_in_worker(item: tuple[str, bytes]) -> _Prepared:
