@@ -1,7 +1,8 @@
 """The per-file pipeline: read, pre-filter, plan, migrate (in worker processes if worth it), apply.
 
 Presentation (diffs, messages, reports) lives elsewhere; this module decides *what happened* to each
-file and performs the writes, so every output format describes the same facts. The transform is
+file and has them written (migrator.pipeline.writes), so every output format describes the same
+facts. The transform is
 imported lazily: a tree with nothing to port never pays for loading libcst.
 """
 
@@ -10,8 +11,6 @@ from __future__ import annotations
 import ast
 import gc
 import os
-import posixpath
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -20,24 +19,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from migrator.findings import Finding, MigrationResult, SourceError
+from migrator.pipeline.writes import apply, hold_back, step_groups
 from migrator.selection.half_moves import half_applied
 from migrator.selection.horovod_sites import init_sites, name_init_sites
 from migrator.selection.prefilter import might_need_migration
 from migrator.selection.reexports import imported_from
 from migrator.selection.triage import parses, verdict, widen
 from migrator.sources import limits, pytree
-from migrator.sources.files import (
-    SourceFile,
-    atomic_write,
-    common_root,
-    copy_file,
-    mirrored_path,
-    write_new_file,
-    write_together,
-)
+from migrator.sources.files import SourceFile
 
 if TYPE_CHECKING:
-    from migrator.codemods.global_step import GlobalStepFacts, GlobalStepPlan
+    from migrator.codemods.global_step import GlobalStepFacts
     from migrator.pipeline.transform import MigrateOptions, PreparedFile, ProjectPlan
 
 Mode = Literal["diff", "write", "output-dir"]
@@ -340,7 +332,7 @@ def run(
     ]
     pending: list[tuple[SourceFile, bytes]] = []
     groups: list[list[str]] = []  # files of one global-step move: written all or none
-    read: list[tuple[str, bytes]] = []
+    read: list[tuple[str, bytes]] = []  # files a global-step move may have touched
     sites: list[tuple[str, int]] = []  # where the run initialises Horovod, for the warnings
     reexports: set[tuple[str, str]] = set()  # what files import from each other, by name
     for source in files:
@@ -348,7 +340,8 @@ def run(
         if data is None:
             outcomes.append(FileOutcome(source, "failed", error=error))
             continue
-        read.append((source.display, data))
+        if b"apply_gradients" in data:  # what a half-applied global-step move involves
+            read.append((source.display, data))
         sites += init_sites([(source.display, data)])
         reexports |= imported_from(data)
         if might_need_migration(data, add_loss_scale=config.add_loss_scale is not None):
@@ -395,8 +388,8 @@ def run(
     for outcome in outcomes:
         outcome.findings = name_init_sites(outcome.findings, sites)
     outcomes.sort(key=lambda o: o.path)
-    _hold_back(outcomes, groups)
-    _apply(outcomes, config, inputs, groups)
+    hold_back(outcomes, groups)
+    apply(outcomes, config, inputs, groups)
     return RunResult(outcomes, time.perf_counter() - start, config.mode)
 
 
@@ -417,123 +410,6 @@ def _triage(
         [(s, d) for s, d in pending if s.display in keep],
         [s for s, _ in pending if s.display not in keep],
     )
-
-
-def step_groups(plan: GlobalStepPlan | None) -> list[list[str]]:
-    """The files of each global-step move that spans files, in the order to write them.
-
-    A move takes the update out of a function (`plan.moves`) and puts it into the classes that
-    function's optimizer uses (`plan.inserts`, named in the move's `where`); files sharing a class
-    are one group. The class files come first: a run killed between two renames then leaves a
-    step advanced twice, which the next run reports, rather than never, which nothing would show.
-    """
-    if plan is None:
-        return []
-    parent: dict[str, str] = {}
-
-    def find(path: str) -> str:
-        while parent.setdefault(path, path) != path:
-            path = parent[path]
-        return path
-
-    by_class: dict[str, list[str]] = {}
-    for path, cls, _ in plan.inserts:
-        by_class.setdefault(cls, []).append(path)
-    for path, _, where in plan.moves:
-        for cls in re.findall(r"(\w+)\.apply_gradients", where):
-            for other in by_class.get(cls, []):
-                parent[find(other)] = find(path)
-    inserting = {path for path, _, _ in plan.inserts}
-    members: dict[str, set[str]] = {}
-    for path in list(parent):
-        members.setdefault(find(path), set()).add(path)
-    return [
-        sorted(group, key=lambda p: (p not in inserting, p))
-        for group in members.values()
-        if len(group) > 1
-    ]
-
-
-def _norm(path: str) -> str:
-    return posixpath.normpath(path.replace("\\", "/"))
-
-
-def _hold_back(outcomes: list[FileOutcome], groups: list[list[str]]) -> None:
-    """A move's files stay as they are when one of them failed: half a move is worse than none."""
-    by_path = {_norm(o.path): o for o in outcomes}
-    for group in groups:
-        members = [by_path[p] for p in group if p in by_path]
-        failed = [o.path for o in members if o.status == "failed"]
-        if not failed:
-            continue
-        for outcome in members:
-            if outcome.status == "changed":
-                outcome.status = "failed"
-                outcome.error = (
-                    f"left untouched: its global-step move continues in {', '.join(failed)}, "
-                    "which failed; the files of one move are written together or not at all"
-                )
-
-
-def _apply(
-    outcomes: list[FileOutcome],
-    config: RunConfig,
-    inputs: Sequence[Path],
-    groups: Sequence[Sequence[str]] = (),
-) -> None:
-    if config.mode == "diff":
-        return
-    root = common_root(inputs) if config.mode == "output-dir" else None
-    by_path = {_norm(o.path): o for o in outcomes}
-    together: dict[int, list[FileOutcome]] = {}  # outcome id -> its group's changed files
-    for group in groups:
-        members = [by_path[p] for p in group if p in by_path and by_path[p].status == "changed"]
-        if len(members) > 1:
-            for outcome in members:
-                together[id(outcome)] = members
-    done: set[int] = set()
-    for outcome in outcomes:
-        if id(outcome) in done:
-            continue
-        try:
-            if config.mode == "write":
-                if id(outcome) in together:
-                    _write_group(together[id(outcome)])
-                    done.update(map(id, together[id(outcome)]))
-                elif outcome.status == "changed":
-                    assert outcome.new is not None
-                    atomic_write(outcome.source.path, outcome.new)
-            else:
-                assert root is not None and config.output_dir is not None
-                target = mirrored_path(outcome.source.path, root, config.output_dir)
-                if outcome.status == "changed":
-                    assert outcome.new is not None
-                    write_new_file(target, outcome.new)
-                elif config.copy_unchanged and (outcome.error is None or outcome.old is not None):
-                    # Unparsable files are copied too: untouched, but the mirror stays complete.
-                    copy_file(outcome.source.path, target)
-        except OSError as exc:
-            # Name what could not be written: with --output-dir it is not the input file.
-            outcome.status = "failed"
-            where = exc.filename or outcome.source.path
-            outcome.error = f"cannot write {where}: {exc.strerror or exc}"
-
-
-def _write_group(members: list[FileOutcome]) -> None:
-    """One move's files, all or none (migrator.sources.files.write_together)."""
-    try:
-        write_together([(o.source.path, o.new or b"", o.old or b"") for o in members])
-    except OSError as exc:
-        where = exc.filename or members[0].source.path
-        for outcome in members:
-            outcome.status = "failed"
-            outcome.error = (
-                f"cannot write {where}: {exc.strerror or exc}"
-                if str(where) == str(outcome.source.path)
-                else f"left untouched: its global-step move continues in {where}, which could "
-                f"not be written ({exc.strerror or exc}); the files of one move are written "
-                "together or not at all"
-            )
 
 
 class _ProgressContext:
