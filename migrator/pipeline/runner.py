@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 Mode = Literal["diff", "write", "output-dir"]
 Status = Literal["unchanged", "changed", "failed"]
 
+WORKER_DIED = (
+    "a worker process died while porting it (killed, or a crash in the parser); left untouched: "
+    "run npu-migrate again (with -j 1 to see which file is at fault)"
+)
 # A worker process costs a fork plus its share of pickling; below this many candidate files per
 # worker the pool is slower than doing the work in place.
 MIN_FILES_PER_WORKER = 4
@@ -270,21 +274,35 @@ def _migrate_all(
             for p, _, error in prepared
         ], plan
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     chunksize = max(1, len(items) // (workers * 8))
     with ProcessPoolExecutor(
         max_workers=workers, initializer=_init_worker, initargs=(options,)
     ) as pool:
         prepared = []
-        for one in pool.map(_prepare_in_worker, items, chunksize=chunksize):
-            prepared.append(one)
-            tick()
+        broken = False
+        try:
+            for one in pool.map(_prepare_in_worker, items, chunksize=chunksize):
+                prepared.append(one)
+                tick()
+        except BrokenProcessPool:
+            # A worker was killed (the OOM killer, a signal) or crashed: the run goes on without
+            # the files it had not answered for, which fail alone.
+            broken = True
+            prepared += [(None, None, WORKER_DIED)] * (len(items) - len(prepared))
         plan = plan_from_facts(facts for _, facts, _ in prepared)
-        # Only files the move edits are worth a round trip to a worker.
-        heavy = [p for p, _, _ in prepared if p is not None and not is_cheap_to_finish(p, plan)]
-        reworked = dict(
-            zip(map(id, heavy), pool.map(_finish_in_worker, [(p, plan) for p in heavy]))
-        )
+        # Only files the move edits are worth a round trip to a worker (none to a broken pool).
+        heavy = [
+            p
+            for p, _, _ in prepared
+            if p is not None and not broken and not is_cheap_to_finish(p, plan)
+        ]
+        try:
+            finished = list(pool.map(_finish_in_worker, [(p, plan) for p in heavy]))
+        except BrokenProcessPool:
+            finished = [(None, WORKER_DIED)] * len(heavy)
+        reworked = dict(zip(map(id, heavy), finished))
     return [
         (None, error)
         if p is None

@@ -44,10 +44,18 @@ def test_a_killed_runs_temporary_files_are_removed_by_the_next_write(tmp_path: P
 
 
 def _children(pid: int) -> set[int]:
+    """The run's worker processes (forks of it, so with its command line; not a `git` it runs)."""
     found = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
         found |= {int(c) for c in (task / "children").read_text().split()}
-    return found
+    workers = set()
+    for child in found:
+        try:
+            if b"migrator" in Path(f"/proc/{child}/cmdline").read_bytes():
+                workers.add(child)
+        except FileNotFoundError:
+            pass
+    return workers
 
 
 def _alive(pid: int) -> bool:
@@ -88,6 +96,46 @@ def test_workers_end_soon_after_their_parent_is_killed(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _kill_a_worker(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL one pool worker of a run, as the OOM killer would. A child seen twice, 0.3 s apart,
+    is a worker (a fork about to become `git` is gone by then)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen = _children(proc.pid)
+        time.sleep(0.3)
+        for worker in sorted(seen & _children(proc.pid)):
+            try:
+                os.kill(worker, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            return
+    raise AssertionError("the run ended before a worker could be killed")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_killed_worker_costs_its_files_not_the_run(tmp_path: Path) -> None:
+    body = PORTABLE + b"".join(b"x%d = [%d] * 3\n" % (i, i) for i in range(1500))
+    for index in range(16):
+        (tmp_path / f"f{index:02}.py").write_bytes(body)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "migrator", "--write", "-j", "2", "."],
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    _kill_a_worker(proc)
+    _, stderr = proc.communicate(timeout=300)
+    lines = stderr.decode().splitlines()
+    assert proc.returncode == 123, lines
+    died = [line for line in lines if "a worker process died while porting it" in line]
+    assert died and lines[-1].startswith("npu-migrate: 16 files scanned, ")
+    for index in range(16):
+        data = (tmp_path / f"f{index:02}.py").read_bytes()
+        dead = any(line.startswith(f"f{index:02}.py: error: ") for line in died)
+        assert data == body if dead else _ported(data)
 
 
 def test_an_unwritable_directory_names_the_file_not_a_temporary_file(tmp_path: Path) -> None:
