@@ -164,8 +164,14 @@ def summarize(runs: list[Run]) -> None:
     )
 
 
-def plot(runs: list[Run], path: Path) -> None:
-    import matplotlib
+def plot(runs: list[Run], path: Path) -> bool:
+    """Draw the runs into `path`; False (and one line saying so) without matplotlib, which only
+    this picture needs: the tables above are the demo."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        print("No plot: matplotlib is not installed (`pip install matplotlib` to draw one).")
+        return False
 
     matplotlib.use("Agg")  # a file, never a window
     from matplotlib import pyplot
@@ -192,6 +198,7 @@ def plot(runs: list[Run], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)
     pyplot.close(figure)
+    return True
 
 
 def main() -> None:
@@ -211,8 +218,8 @@ def main() -> None:
     for run in runs:
         train(run, args.steps, args.trace_every)
     summarize(runs)
-    plot(runs, args.plot)
-    print(f"Loss and loss scale per step: {args.plot}")
+    if plot(runs, args.plot):
+        print(f"Loss and loss scale per step: {args.plot}")
 
 
 if __name__ == "__main__":

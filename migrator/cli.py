@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from migrator.pipeline.runner import RunResult
+    from migrator.sources.git_state import WorkTree
 
 EXIT_OK = 0
 EXIT_CHANGES_PENDING = 1
@@ -238,6 +239,16 @@ def cli(
     mode = "write" if write else "output-dir" if output_dir else "diff"
     prune = output_dir.resolve() if output_dir else None
     found = discover(paths, exclude, prune=prune)
+    if not (found.files or found.errors or found.outside):
+        # As Black and ruff say it: an empty tree is no error, but no silent "0 files" either.
+        click.echo("No Python files are present to be migrated. Nothing to do.", err=True)
+        sys.exit(EXIT_OK)
+    work_tree = None
+    if mode == "write":
+        from migrator.sources.git_state import dirty_work_tree
+
+        work_tree = dirty_work_tree(paths)
+        _remove_leftovers(found.temps, quiet)
     config = RunConfig(
         mode=mode,
         output_dir=output_dir,
@@ -268,6 +279,8 @@ def cli(
         except OSError as exc:
             click.echo(f"{report_path}: error: cannot write report: {exc.strerror}", err=True)
             report_failed = True
+    if work_tree is not None and result.changed and not quiet:
+        click.echo(_undo_note(result, work_tree), err=True)
     if not quiet:
         click.echo(_summary_line(result), err=True)
     if result.failed or report_failed:
@@ -357,6 +370,46 @@ def _print_messages(result: RunResult, quiet: bool) -> None:
                 click.echo(
                     f"{finding.path}:{finding.line}: {finding.rule}: {finding.message}", err=True
                 )
+
+
+def _remove_leftovers(temps: list[Path], quiet: bool) -> None:
+    """Delete the hidden temporary files a killed --write left beside the files it was writing."""
+    removed = 0
+    for temp in temps:
+        try:
+            temp.unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            click.echo(f"{temp}: warning: cannot remove a leftover temporary file: {exc}", err=True)
+    if removed and not quiet:
+        click.echo(
+            f"npu-migrate: removed {_count(removed, 'temporary file')} an interrupted run left "
+            "beside the files it was writing",
+            err=True,
+        )
+
+
+def _undo_note(result: RunResult, work_tree: WorkTree) -> str:
+    """How to undo a --write on a work tree that held uncommitted or untracked changes."""
+    import shlex
+
+    changed = [o for o in result.outcomes if o.status == "changed"]
+    clean = [o.path for o in changed if os.path.realpath(o.source.path) not in work_tree.dirty]
+    mixed = [o.path for o in changed if os.path.realpath(o.source.path) in work_tree.dirty]
+    note = (
+        f"npu-migrate: note: the git work tree {work_tree.root} had uncommitted or untracked "
+        "changes; the port was written anyway. To undo it:"
+    )
+    if clean:
+        note += f"\n  git checkout -- {' '.join(map(shlex.quote, clean))}"
+    if mixed:
+        note += (
+            f"\n  {', '.join(mixed)}: held your own uncommitted changes too; review them with "
+            "`git diff` and undo the port by hand"
+        )
+    return note + "\n  Commit or `git stash` first to keep a port apart from your own edits."
 
 
 def _count(number: int, noun: str) -> str:

@@ -69,3 +69,21 @@ def test_torch_demo_shows_the_wrong_mode_missing_every_overflow():
     assert caught and tuple(map(int, caught.groups())) == (*right[::-1], *wrong[::-1]), output
     # Scales one way throughout, as in the TensorFlow part: 2^32, never 4.29497e+09.
     assert "2^32" in output and "e+" not in output
+
+
+def test_library_demo_without_matplotlib_skips_the_plot_with_one_line(tmp_path):
+    # matplotlib made unimportable the way Python documents (a None entry in sys.modules), so the
+    # run is the one a machine without it gets.
+    plot = tmp_path / "scale.png"
+    blocked = (
+        "import runpy, sys; sys.modules['matplotlib'] = None; "
+        f"sys.argv = ['library_demo.py', '--steps', '20', '--plot', {str(plot)!r}]; "
+        f"runpy.run_path({str(EXAMPLES / 'library_demo.py')!r}, run_name='__main__')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", blocked], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "No plot: matplotlib is not installed" in done.stdout
+    assert "Traceback" not in done.stderr and not plot.exists()
+    assert "matching mode caught" in done.stdout  # the demo itself ran to its end

@@ -1,13 +1,17 @@
 """The per-file pipeline: read, pre-filter, plan, migrate (in worker processes if worth it), apply.
 
 Presentation (diffs, messages, reports) lives elsewhere; this module decides *what happened* to each
-file and performs the writes, so every output format describes the same facts. The transform is
+file and has them written (migrator.pipeline.writes), so every output format describes the same
+facts. The transform is
 imported lazily: a tree with nothing to port never pays for loading libcst.
 """
 
 from __future__ import annotations
 
+import ast
 import gc
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -15,19 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from migrator.findings import Finding, MigrationResult, SourceError
+from migrator.pipeline.writes import apply, hold_back, step_groups
+from migrator.selection.half_moves import half_applied
 from migrator.selection.horovod_sites import init_sites, name_init_sites
 from migrator.selection.prefilter import might_need_migration
 from migrator.selection.reexports import imported_from
 from migrator.selection.triage import parses, verdict, widen
-from migrator.sources import pytree
-from migrator.sources.files import (
-    SourceFile,
-    atomic_write,
-    common_root,
-    copy_file,
-    mirrored_path,
-    write_new_file,
-)
+from migrator.sources import limits, pytree
+from migrator.sources.files import SourceFile
 
 if TYPE_CHECKING:
     from migrator.codemods.global_step import GlobalStepFacts
@@ -36,6 +35,10 @@ if TYPE_CHECKING:
 Mode = Literal["diff", "write", "output-dir"]
 Status = Literal["unchanged", "changed", "failed"]
 
+WORKER_DIED = (
+    "a worker process died while porting it (killed, or a crash in the parser); left untouched: "
+    "run npu-migrate again (with -j 1 to see which file is at fault)"
+)
 # A worker process costs a fork plus its share of pickling; below this many candidate files per
 # worker the pool is slower than doing the work in place.
 MIN_FILES_PER_WORKER = 4
@@ -110,7 +113,7 @@ _Outcome = tuple[MigrationResult | None, str | None]
 _Prepared = tuple["PreparedFile | None", "GlobalStepFacts | None", "str | None"]
 
 
-def _guarded(work: Callable[[], MigrationResult]) -> _Outcome:
+def _guarded(work: Callable[[], MigrationResult], source: bytes) -> _Outcome:
     """Run one file's work, turning every way it can fail into a reason instead of an abort.
 
     A crash inside a codemod on one odd file must not stop a project-wide run nor touch that file,
@@ -121,7 +124,13 @@ def _guarded(work: Callable[[], MigrationResult]) -> _Outcome:
     except SourceError as exc:
         return None, str(exc) or "cannot parse"
     except RecursionError:
-        return None, "too deeply nested for the parser"
+        line = limits.deepest_line(source)
+        where = f"{line}:1: " if line is not None else ""
+        return (
+            None,
+            f"{where}too deeply nested for the parser; split the expression, or port "
+            "this file by hand",
+        )
     except Exception as exc:  # see docstring: one odd file must not abort the run
         return None, f"internal error in npu-migrate ({type(exc).__name__}: {exc}); left untouched"
 
@@ -141,7 +150,7 @@ def prepare_one(path: str, source: bytes, options: MigrateOptions) -> _Prepared:
         prepared = prepare_source(source, path=path, options=options)
         return prepared.ported
 
-    _, error = _guarded(work)
+    _, error = _guarded(work, source)
     if prepared is not None:
         return prepared, prepared.facts, None
     try:
@@ -152,10 +161,46 @@ def prepare_one(path: str, source: bytes, options: MigrateOptions) -> _Prepared:
 
 
 def finish_one(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> _Outcome:
-    """Second pass: the file's final result under the project plan."""
+    """Second pass: the file's final result under the project plan, checked to parse."""
     from migrator.pipeline.transform import finish
 
-    return _guarded(lambda: finish(prepared, plan, options))
+    result, error = _guarded(lambda: finish(prepared, plan, options), _user_bytes(prepared))
+    if result is not None and result.changed:
+        error = output_error(result.old_source, result.new_source)
+        if error is not None:
+            return None, error
+    return result, error
+
+
+def output_error(old: bytes, new: bytes) -> str | None:
+    """Why a rewritten module must not be written, or None when it parses.
+
+    A bug in a codemod (a dangling comma, an unbalanced bracket) would otherwise put a file that no
+    longer imports in the user's tree and exit 0. Python's own parser is the judge, as it will be
+    when the script runs; a file it could not parse before the port is not held to it.
+    """
+    try:
+        ast.parse(new)
+    except SyntaxError as exc:
+        try:
+            ast.parse(old)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        where = f"{exc.lineno}:{exc.offset or 1}" if exc.lineno else "?"
+        return (
+            f"internal error in npu-migrate: the ported file would not parse ({where}: {exc.msg}); "
+            "left untouched, please report it"
+        )
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return None
+
+
+def _user_bytes(prepared: PreparedFile) -> bytes:
+    """The file as the user wrote it (not a long file's view, nor with loss scaling added)."""
+    if prepared.view is not None:
+        return prepared.view.original
+    return prepared.original or prepared.source
 
 
 YOUNG_COLLECTION_THRESHOLD = 100_000
@@ -174,10 +219,25 @@ def collect_less_often() -> None:
 _worker_options: MigrateOptions | None = None
 
 
+PARENT_POLL_SECONDS = 0.5
+
+
 def _init_worker(options: MigrateOptions) -> None:
     global _worker_options
     _worker_options = options
     collect_less_often()
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker once the process that started it is gone.
+
+    A killed npu-migrate (SIGKILL, an OOM kill) cannot tell its pool to stop, and a worker waiting
+    for work or porting a large file went on for a minute, holding memory; when the parent dies the
+    worker is re-parented, which this notices within PARENT_POLL_SECONDS."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_SECONDS)
+    os._exit(1)
 
 
 def _prepare_in_worker(item: tuple[str, bytes]) -> _Prepared:
@@ -195,7 +255,7 @@ def _migrate_all(
     options: MigrateOptions,
     jobs: int,
     tick: Callable[[], None],
-) -> list[_Outcome]:
+) -> tuple[list[_Outcome], ProjectPlan]:
     """Prepare every file (in worker processes if worth it), plan, then finish every file.
 
     Preparing is the expensive part and independent per file; the plan needs all files' facts;
@@ -213,23 +273,37 @@ def _migrate_all(
         return [
             finish_one(p, plan, options) if p is not None else (None, error)
             for p, _, error in prepared
-        ]
+        ], plan
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     chunksize = max(1, len(items) // (workers * 8))
     with ProcessPoolExecutor(
         max_workers=workers, initializer=_init_worker, initargs=(options,)
     ) as pool:
         prepared = []
-        for one in pool.map(_prepare_in_worker, items, chunksize=chunksize):
-            prepared.append(one)
-            tick()
+        broken = False
+        try:
+            for one in pool.map(_prepare_in_worker, items, chunksize=chunksize):
+                prepared.append(one)
+                tick()
+        except BrokenProcessPool:
+            # A worker was killed (the OOM killer, a signal) or crashed: the run goes on without
+            # the files it had not answered for, which fail alone.
+            broken = True
+            prepared += [(None, None, WORKER_DIED)] * (len(items) - len(prepared))
         plan = plan_from_facts(facts for _, facts, _ in prepared)
-        # Only files the move edits are worth a round trip to a worker.
-        heavy = [p for p, _, _ in prepared if p is not None and not is_cheap_to_finish(p, plan)]
-        reworked = dict(
-            zip(map(id, heavy), pool.map(_finish_in_worker, [(p, plan) for p in heavy]))
-        )
+        # Only files the move edits are worth a round trip to a worker (none to a broken pool).
+        heavy = [
+            p
+            for p, _, _ in prepared
+            if p is not None and not broken and not is_cheap_to_finish(p, plan)
+        ]
+        try:
+            finished = list(pool.map(_finish_in_worker, [(p, plan) for p in heavy]))
+        except BrokenProcessPool:
+            finished = [(None, WORKER_DIED)] * len(heavy)
+        reworked = dict(zip(map(id, heavy), finished))
     return [
         (None, error)
         if p is None
@@ -237,7 +311,7 @@ def _migrate_all(
         if id(p) in reworked
         else finish_one(p, plan, options)
         for p, _, error in prepared
-    ]
+    ], plan
 
 
 def run(
@@ -276,6 +350,8 @@ def run(
         for source, target in outside
     ]
     pending: list[tuple[SourceFile, bytes]] = []
+    groups: list[list[str]] = []  # files of one global-step move: written all or none
+    read: list[tuple[str, bytes]] = []  # files a global-step move may have touched
     sites: list[tuple[str, int]] = []  # where the run initialises Horovod, for the warnings
     reexports: set[tuple[str, str]] = set()  # what files import from each other, by name
     for source in files:
@@ -283,6 +359,8 @@ def run(
         if data is None:
             outcomes.append(FileOutcome(source, "failed", error=error))
             continue
+        if b"apply_gradients" in data:  # what a half-applied global-step move involves
+            read.append((source.display, data))
         sites += init_sites([(source.display, data)])
         reexports |= imported_from(data)
         if might_need_migration(data, add_loss_scale=config.add_loss_scale is not None):
@@ -293,6 +371,16 @@ def run(
             outcomes.append(FileOutcome(source, "unchanged"))
     pending, cleared = _triage(pending, add_loss_scale=config.add_loss_scale is not None)
     outcomes += [FileOutcome(source, "unchanged") for source in cleared]
+    half = half_applied(read)
+    del read
+    if half:
+        pending = [(s, d) for s, d in pending if s.display not in half]
+        outcomes = [o for o in outcomes if o.path not in half]
+        outcomes += [
+            FileOutcome(source, "failed", error=half[source.display])
+            for source in files
+            if source.display in half
+        ]
 
     if pending:
         from migrator.pipeline.transform import MigrateOptions
@@ -305,7 +393,8 @@ def run(
         )
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:
-            results = _migrate_all(items, options, config.jobs, bar.tick)
+            results, plan = _migrate_all(items, options, config.jobs, bar.tick)
+        groups = step_groups(plan.global_step)
         for (source, data), (result, error) in zip(pending, results):
             if result is None:
                 outcomes.append(FileOutcome(source, "failed", old=data, error=error))
@@ -319,7 +408,8 @@ def run(
     for outcome in outcomes:
         outcome.findings = name_init_sites(outcome.findings, sites)
     outcomes.sort(key=lambda o: o.path)
-    _apply(outcomes, config, inputs)
+    hold_back(outcomes, groups)
+    apply(outcomes, config, inputs, groups)
     return RunResult(outcomes, time.perf_counter() - start, config.mode)
 
 
@@ -340,32 +430,6 @@ def _triage(
         [(s, d) for s, d in pending if s.display in keep],
         [s for s, _ in pending if s.display not in keep],
     )
-
-
-def _apply(outcomes: list[FileOutcome], config: RunConfig, inputs: Sequence[Path]) -> None:
-    if config.mode == "diff":
-        return
-    root = common_root(inputs) if config.mode == "output-dir" else None
-    for outcome in outcomes:
-        try:
-            if config.mode == "write":
-                if outcome.status == "changed":
-                    assert outcome.new is not None
-                    atomic_write(outcome.source.path, outcome.new)
-            else:
-                assert root is not None and config.output_dir is not None
-                target = mirrored_path(outcome.source.path, root, config.output_dir)
-                if outcome.status == "changed":
-                    assert outcome.new is not None
-                    write_new_file(target, outcome.new)
-                elif config.copy_unchanged and (outcome.error is None or outcome.old is not None):
-                    # Unparsable files are copied too: untouched, but the mirror stays complete.
-                    copy_file(outcome.source.path, target)
-        except OSError as exc:
-            # Name what could not be written: with --output-dir it is not the input file.
-            outcome.status = "failed"
-            where = exc.filename or outcome.source.path
-            outcome.error = f"cannot write {where}: {exc.strerror or exc}"
 
 
 class _ProgressContext:

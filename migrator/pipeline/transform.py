@@ -32,7 +32,7 @@ from migrator.selection.prefilter import might_need_loss_scale_port, might_need_
 from migrator.selection.prefilter import (
     might_need_migration as might_need_migration,  # the CLI's contract
 )
-from migrator.sources import source_errors
+from migrator.sources import limits, source_errors
 
 Distributed = Literal["auto", "always", "never"]
 
@@ -67,7 +67,9 @@ class ProjectPlan:
 
 def parse(source: bytes) -> cst.Module:
     """Parse bytes (libcst keeps the detected encoding and newline); failures are SourceError,
-    whose message starts with `LINE:COL: ` (see migrator.sources.source_errors)."""
+    whose message starts with `LINE:COL: ` (see migrator.sources.source_errors). A file too deep
+    or too long for libcst's parser (which would crash the process) is refused first."""
+    limits.check(source)
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:

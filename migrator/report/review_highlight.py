@@ -8,6 +8,7 @@ coloured as what it is, then cut back into lines. The ranges that changed inside
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,10 +52,16 @@ def highlight(lines: Sequence[str]) -> list[list[Run]]:
     return out[: len(lines)] + [[] for _ in range(len(lines) - len(out))]
 
 
+# After these, a long line may wrap (a <wbr>, copied as nothing): without them a dotted name with
+# its call, `tf.contrib.mixed_precision.ExponentialUpdateLossScaleManager(init_loss_scale=2**32,`,
+# is one word, which a narrow column broke inside an identifier (`...LossScaleManage|r(`).
+_WRAP_AFTER = re.compile(r"([.,(\[{=])(?![\s.,)\]}=])")
+
+
 def _visible(text: str) -> str:
     """HTML text of a piece of a line: a CR that is not the line ending would be read as a line
-    break by the browser, so it is shown as a symbol."""
-    return html.escape(text).replace("\r", "\u240d")
+    break by the browser, so it is shown as a symbol; long lines may wrap after punctuation."""
+    return _WRAP_AFTER.sub(r"\1<wbr>", html.escape(text)).replace("\r", "\u240d")
 
 
 def line_html(runs: list[Run], marks: Sequence[range] = (), tag: str = "mark") -> str:

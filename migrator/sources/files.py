@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -49,7 +50,11 @@ def is_excluded(relative: str, patterns: Sequence[str]) -> bool:
 
 
 def _walk_python_files(
-    root: Path, patterns: Sequence[str], prune: Path | None, errors: list[tuple[str, str]]
+    root: Path,
+    patterns: Sequence[str],
+    prune: Path | None,
+    errors: list[tuple[str, str]],
+    temps: list[Path],
 ) -> Iterator[Path]:
     def unlistable(exc: OSError) -> None:
         errors.append((os.path.normpath(exc.filename), f"cannot list directory: {exc.strerror}"))
@@ -65,6 +70,7 @@ def _walk_python_files(
             and not is_excluded(prefix + d, patterns)
             and (prune is None or (here / d).resolve() != prune)
         )
+        temps += leftover_temps(here, filenames)
         for name in sorted(filenames):
             if name.endswith(".py") and not is_excluded(prefix + name, patterns):
                 yield here / name
@@ -78,6 +84,8 @@ class Discovery:
     # symlinks found in a directory that lead outside every path given: not followed (a write
     # through them would change a file the user did not ask about), reported instead
     outside: list[tuple[SourceFile, str]] = field(default_factory=list)
+    # hidden temporary files a killed --write left beside the files (see `stage`)
+    temps: list[Path] = field(default_factory=list)
 
 
 def discover(
@@ -93,6 +101,7 @@ def discover(
     found: list[SourceFile] = []
     errors: list[tuple[str, str]] = []
     outside: list[tuple[SourceFile, str]] = []
+    temps: list[Path] = []
     roots = [os.path.realpath(item) for item in inputs]
 
     def inside(real: str) -> bool:
@@ -113,11 +122,14 @@ def discover(
 
     for item in inputs:
         if item.is_dir():
-            for path in _walk_python_files(item, exclude, prune, errors):
+            for path in _walk_python_files(item, exclude, prune, errors, temps):
                 add(path, named=False)
         elif not is_excluded(item.name, exclude):
             add(item, named=True)
-    return Discovery(found, errors, outside)
+            with contextlib.suppress(OSError):
+                beside = leftover_temps(item.parent, os.listdir(item.parent))
+                temps += [t for t in beside if t.name.startswith(f".{item.name}.")]
+    return Discovery(found, errors, outside, sorted(set(temps)))
 
 
 def common_root(inputs: Iterable[Path]) -> Path:
@@ -134,35 +146,112 @@ def mirrored_path(path: Path, root: Path, output_dir: Path) -> Path:
     return output_dir / Path(os.path.abspath(path)).relative_to(root)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so readers only ever see the old or the new file, never a mix.
+TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
+"""A temporary file `stage` makes beside NAME (mkstemp's eight random characters)."""
 
-    The bytes go to a temporary file in the same directory (same file system, so `os.replace` is
-    atomic) which receives the original permission bits before it takes the original's place. A
-    symlink is followed so the link stays a link and its target is updated.
-    """
+
+class WriteError(OSError):
+    """A write that failed, naming the file the user asked for (never the temporary file)."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        super().__init__(exc.errno, exc.strerror or str(exc), str(path))
+
+
+def stage(path: Path, data: bytes) -> tuple[Path, str]:
+    """Write `data` to a hidden temporary file beside `path`'s target, with its permission bits;
+    returns (target, temporary name). `commit` puts it in place. A symlink is followed so the link
+    stays a link and its target is updated."""
     target = Path(os.path.realpath(path))
     try:
         old_mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
         old_mode = None
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise WriteError(path, exc) from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        if old_mode is not None:
-            os.chmod(tmp_name, old_mode)
-        else:
+        if old_mode is None:
             umask = os.umask(0)
             os.umask(umask)
-            os.chmod(tmp_name, 0o666 & ~umask)
-        os.replace(tmp_name, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
+            old_mode = 0o666 & ~umask
+        os.chmod(tmp_name, old_mode)
+    except BaseException as exc:
+        discard(tmp_name)
+        if isinstance(exc, OSError):
+            raise WriteError(path, exc) from exc
         raise
+    return target, tmp_name
+
+
+def commit(path: Path, staged: tuple[Path, str]) -> None:
+    """Put a staged file in place: one rename, so readers see the old file or the new one."""
+    target, tmp_name = staged
+    try:
+        os.replace(tmp_name, target)
+    except OSError as exc:
+        discard(tmp_name)
+        raise WriteError(path, exc) from exc
+
+
+def discard(tmp_name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp_name)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so readers only ever see the old or the new file, never a mix.
+
+    The bytes go to a temporary file in the same directory (same file system, so `os.replace` is
+    atomic) which receives the original permission bits before it takes the original's place.
+    Errors name `path`, not the temporary file.
+    """
+    commit(path, stage(path, data))
+
+
+def write_together(writes: Sequence[tuple[Path, bytes, bytes]]) -> None:
+    """Write (path, new, old) all or none: files that only make sense together (one global-step
+    move: the increment leaves one file and enters a class in another).
+
+    Every new file is staged first (the slow, failure-prone part: space, permissions); then all are
+    renamed in the order given; if a rename fails, the files already renamed get their old bytes
+    back. Raises the WriteError of the file that failed.
+    """
+    staged: list[tuple[Path, str]] = []
+    try:
+        for path, new, _ in writes:
+            staged.append(stage(path, new))
+    except BaseException:
+        for _, tmp_name in staged:
+            discard(tmp_name)
+        raise
+    done: list[tuple[Path, bytes]] = []
+    for index, (path, _, old) in enumerate(writes):
+        try:
+            commit(path, staged[index])
+        except BaseException:
+            for _, tmp_name in staged[index + 1 :]:
+                discard(tmp_name)
+            for written, data in reversed(done):
+                atomic_write(written, data)
+            raise
+        done.append((path, old))
+
+
+def leftover_temps(directory: Path, names: Iterable[str]) -> list[Path]:
+    """Temporary files `stage` left in `directory` (a run killed between staging and renaming):
+    hidden, named after a file that is there, ending in `.tmp`."""
+    present = set(names)
+    found = []
+    for name in present:
+        match = TEMP_NAME.match(name)
+        if match is not None and match["name"] in present:
+            found.append(directory / name)
+    return sorted(found)
 
 
 def write_new_file(path: Path, data: bytes) -> None:

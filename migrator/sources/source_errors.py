@@ -47,6 +47,15 @@ def syntax_error(source: bytes, fallback_line: int, fallback_message: str) -> st
     """`LINE:COL: cannot parse: MESSAGE` with the line and a caret; Python's own account where it
     has one (libcst's parser often names the next line and lists expected tokens)."""
     line, column, message = fallback_line, 1, fallback_message
+    nul = source.find(b"\0")
+    if nul >= 0:
+        # Python refuses the file at its first NUL byte (ast says where only from 3.12 on).
+        line = source.count(b"\n", 0, nul) + 1
+        column = nul - (source.rfind(b"\n", 0, nul) + 1) + 1
+        message = "source code cannot contain null bytes"
+        return (
+            f"{line}:{column}: cannot parse: {message}{_pointer(_line_text(source, line), column)}"
+        )
     try:
         ast.parse(source)
     except SyntaxError as python:

@@ -504,3 +504,25 @@ def test_screenshot_for_a_person_to_look_at(port: Port) -> None:
     assert len(data) > 50_000, "a blank page compresses to a few kB"  # the page was painted
     SCREENSHOT_COPY.parent.mkdir(exist_ok=True)
     shutil.copyfile(shot, SCREENSHOT_COPY)
+
+
+def test_long_lines_may_wrap_after_punctuation_never_inside_a_name() -> None:
+    from migrator.report.review_highlight import highlight, line_html
+
+    line = "    manager = tf.contrib.mixed_precision.ExponentialUpdateLossScaleManager(2**32, 1000)"
+    cell = line_html(highlight([line])[0])
+    # Break opportunities (<wbr>) after the dots and the bracket, none inside an identifier...
+    # (one before a space, where a line may wrap anyway, is harmless)
+    words = re.sub(r"<[^>]+>", "", cell.replace("<wbr>", "|")).replace("| ", " ")
+    assert words == (
+        "    manager = tf.|contrib.|mixed_precision.|ExponentialUpdateLossScaleManager(|2**32, "
+        "1000)"
+    )
+    # ...and the cell's text, what a reader copies, is the line itself.
+    assert html_text(cell) == line
+
+
+def html_text(fragment: str) -> str:
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))

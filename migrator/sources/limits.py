@@ -1,0 +1,113 @@
+"""Whether libcst can parse a file without crashing the process, decided from its tokens.
+
+libcst's native parser recurses once per level of an expression and has no guard: 3,000 nested
+brackets, or a chain of 8,000 `a+a+...` terms (attributes, calls, `and`s likewise) in one
+statement, overflow its stack and kill the process with signal 11, no message, no report, and the
+other files of a `--write` run never written. A statement of 350,000 list items does not crash but
+took 197 s and 1.5 GB. The standard library's tokenizer reads such a file safely and cheaply, so
+every file is measured here before libcst sees it, and one past the limits fails alone, with the
+line, while the rest of the run goes on. The limits are far above real scripts: CPython itself
+refuses more than 200 nested brackets.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import token
+import tokenize
+from collections.abc import Iterator
+
+from migrator.findings import SourceError
+
+MAX_DEPTH = 1000
+"""Expression depth libcst is allowed: measured to crash between 3,000 and 8,000 (a chain of
+binary operators) and between 1,000 and 3,000 brackets, which count BRACKET_DEPTH each."""
+BRACKET_DEPTH = 3
+MAX_STATEMENT_TOKENS = 50_000
+"""Tokens in one statement: parse time and memory grow with it (25,000 list items: ~20 s)."""
+
+_OPEN = frozenset("([{")
+_CLOSE = frozenset(")]}")
+# Keywords that build one more level of expression, like an operator.
+_CHAINING = frozenset({"and", "or", "not", "if", "else", "lambda", "await", "in", "is"})
+
+
+def check(source: bytes) -> None:
+    """Raise SourceError (`LINE:COL: ...`) when a statement is too deep or too long to parse safely.
+
+    A file the tokenizer cannot read is let through: the parser reports its syntax error.
+    """
+    found = _measured(source)
+    if found is not None:
+        raise SourceError(found)
+
+
+def deepest_line(source: bytes) -> int | None:
+    """The line of the deepest expression, for a RecursionError met later (codemods walk trees
+    recursively in Python, whose stack ends sooner than the parser's)."""
+    best, line = -1, None
+    try:
+        for tok, depth in _depths(source):
+            if depth > best:
+                best, line = depth, tok.start[0]
+    except (SyntaxError, tokenize.TokenError):
+        pass
+    return line
+
+
+@functools.lru_cache(maxsize=4)
+def _measured(source: bytes) -> str | None:
+    # A file is parsed up to three times (plan, port, global-step move): measured once.
+    try:
+        statement_start, count = 1, 0
+        for tok, depth in _depths(source):
+            if tok.type in (token.NEWLINE, token.ENDMARKER):
+                statement_start, count = tok.end[0] + 1, 0
+                continue
+            count += 1
+            if count > MAX_STATEMENT_TOKENS:
+                return (
+                    f"{statement_start}:1: statement too long for the parser: over "
+                    f"{MAX_STATEMENT_TOKENS:,} tokens in one statement (it would take minutes); "
+                    "move the data to a file of its own, or port this file by hand"
+                )
+            if depth > MAX_DEPTH:
+                line, column = tok.start
+                return (
+                    f"{line}:{column + 1}: too deeply nested for the parser: an expression over "
+                    f"{MAX_DEPTH} levels deep (brackets inside brackets, or a chain of operators); "
+                    "split it, or port this file by hand"
+                )
+    except (SyntaxError, tokenize.TokenError):
+        return None
+    return None
+
+
+def _depths(source: bytes) -> Iterator[tuple[tokenize.TokenInfo, int]]:
+    """Each token with the depth of expression it sits at: brackets it is inside (each counting
+    BRACKET_DEPTH) plus the operators chained before it at each enclosing level (a bracket is one
+    link of its level's chain: `f()()()`), since a comma starts a new item. `x = [-1, -2]` is
+    shallow; `a+a+a+...` and `((((...))))` are deep."""
+    outer: list[tuple[int, int]] = []  # (depth of the enclosing level, its chain) per bracket
+    base, chain = 0, 0
+    tokens = tokenize.tokenize(io.BytesIO(source).readline)
+    for tok in tokens:
+        kind = tok.type
+        if kind == token.OP:
+            text = tok.string
+            if text in _OPEN:
+                outer.append((base, chain + 1))
+                base, chain = base + chain + BRACKET_DEPTH, 0
+            elif text in _CLOSE:
+                if outer:
+                    base, chain = outer.pop()
+            elif text in (",", ";"):
+                chain = 0
+            else:
+                chain += 1
+        elif kind == token.NAME and tok.string in _CHAINING:
+            chain += 1
+        elif kind == token.NEWLINE:
+            outer, base, chain = [], 0, 0
+        yield tok, base + chain
