@@ -109,8 +109,9 @@ def _assert_trains_like_reference(results: dict) -> None:
     for config, rows in results.items():
         expected = _reference(config.split(":")[0])
         assert [r["global_step"] for r in rows] == list(range(1, STEPS + 1)), config
+        # float32 LAMB: 1 - 0.999**2 loses about 3e-5 of its value to cancellation
         np.testing.assert_allclose(
-            [r["weights"] for r in rows], expected, rtol=2e-5, atol=1e-6, err_msg=config
+            [r["weights"] for r in rows], expected, rtol=1e-4, atol=1e-6, err_msg=config
         )
 
 
