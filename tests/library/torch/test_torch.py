@@ -1108,13 +1108,15 @@ def test_a_cuda_scaler_without_cuda_says_it_is_disabled_and_what_to_pass() -> No
 
 
 def test_a_scaler_pickled_before_the_per_scaler_op_lookup_still_steps() -> None:
-    # Such a pickle's state has no _fused (what the op lookup is kept in since); it is added.
+    # Such a pickle's state has no _fused (what the op lookup is kept in since), nor what was
+    # added later; defaults are.
     # The state goes through pickle as a real one would: __getstate__'s shallow copy shares the
     # live scaler's objects.
     scaler = GradScaler("cpu", 1024.0)
     _drive(scaler, [True])
     state = pickle.loads(pickle.dumps(scaler.__getstate__()))
-    del state["_fused"]
+    for added_since in ("_fused", "per_optimizer", "_uninvertible", "_decision"):
+        del state[added_since]
     resumed = pickle.loads(pickle.dumps(scaler))
     resumed.__dict__.clear()
     resumed.__setstate__(state)
