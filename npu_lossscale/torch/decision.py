@@ -76,7 +76,10 @@ class UpdateDecision:
         if self._overflowed is None:
             self._overflowed = self._alone(optimizer)
             if self._overflowed is None:
-                self._overflowed = self._agreed(self._unjudged(), self._prechecks(optimizer))
+                keys = self._unjudged()
+                if id(optimizer) not in keys:  # one that unscales itself is still READY
+                    keys.append(id(optimizer))
+                self._overflowed = self._agreed(keys, self._prechecks(optimizer))
         elif not self._overflowed and id(optimizer) not in self._judged:
             self._overflowed = self._agreed([id(optimizer)])
         return self._overflowed
@@ -145,7 +148,7 @@ class UpdateDecision:
         flags = []
         for ref in part:
             other = ref()
-            if other is None:
+            if other is None or other is optimizer:
                 continue
             state = self._states.get(id(other))
             if state is not None and state["stage"] is not OptState.READY:
