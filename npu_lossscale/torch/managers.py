@@ -134,3 +134,37 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
             self._state = state
             raise RuntimeError(self._rule.stuck_message(self.overflow_mode.value))
         return state
+
+
+def scaler_arguments(
+    manager: FixedLossScaleManager | ExponentialUpdateLossScaleManager,
+) -> tuple[float, dict[str, object]]:
+    """The manager's current scale and the GradScaler arguments that give its rule step for step
+    and its overflow mode (GradScaler.from_manager)."""
+    if not isinstance(manager, (FixedLossScaleManager, ExponentialUpdateLossScaleManager)):
+        hint = ""
+        if type(manager).__module__.startswith("npu_lossscale."):
+            hint = " (the TensorFlow managers live in npu_lossscale; use npu_lossscale.torch's)"
+        raise ValueError(
+            "manager must be an npu_lossscale.torch FixedLossScaleManager or "
+            f"ExponentialUpdateLossScaleManager; got {manager!r}{hint}"
+        )
+    if isinstance(manager, ExponentialUpdateLossScaleManager):
+        rule = manager.rule
+        return manager._state.scale, dict(
+            growth_factor=rule.incr_ratio,
+            backoff_factor=rule.decr_ratio,
+            growth_interval=rule.incr_every_n_steps,
+            decr_every_n_nan_or_inf=rule.decr_every_n_nan_or_inf,
+            min_loss_scale=rule.min_loss_scale,
+            max_loss_scale=rule.max_loss_scale,
+            max_skipped_steps_at_floor=rule.max_skipped_steps_at_floor,
+            overflow_mode=manager.overflow_mode,
+        )
+    if not manager.enable_overflow_check:
+        raise ValueError(
+            "manager: a FixedLossScaleManager with enable_overflow_check=False never "
+            "skips a step, which a GradScaler always does on overflow; multiply the loss "
+            "and divide the gradients by the constant yourself instead"
+        )
+    return manager._state.scale, dict(dynamic=False, overflow_mode=manager.overflow_mode)

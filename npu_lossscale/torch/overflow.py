@@ -43,6 +43,22 @@ logger = logging.getLogger("npu_lossscale")
 GradGroups = dict[torch.device, dict[tuple[torch.dtype, bool], list[torch.Tensor]]]
 
 
+class PerDevice:
+    """A scalar tensor served on every device that asks, copied once per device; unlike stock's
+    replicator, its own device gets the tensor itself (no copy on single-device models)."""
+
+    def __init__(self, master: torch.Tensor) -> None:
+        self.tensors = {master.device: master}
+
+    def get(self, device: torch.device) -> torch.Tensor:
+        tensor = self.tensors.get(device)
+        if tensor is None:
+            tensor = self.tensors[device] = next(iter(self.tensors.values())).to(
+                device, non_blocking=True, copy=True
+            )
+        return tensor
+
+
 def resolve_mode(requested: OverflowMode | str) -> OverflowMode:
     """AUTO asks torch-npu first where it has a device (its own mode setting is what the chip
     does), then falls back to the shared resolution (runtime, INF_NAN_MODE_ENABLE, INF_NAN)."""

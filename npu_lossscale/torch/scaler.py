@@ -6,9 +6,13 @@ replaces what differs on an Ascend NPU:
 
 - what counts as an overflow: both modes, as in the TF front-ends (overflow.py);
 - who decides: every rank together whenever several take part (distributed.py);
-- which optimizers a decision covers: one decision per update, not one per optimizer;
+- which optimizers a decision covers: the optimizers one backward pass wrote, not one at a time
+  (decision.py);
 - how the scale moves: the Ascend adapter's rule (npu_lossscale.rule) with a floor, where stock
   torch lets the scale fall to 0.
+
+What stock's callers rely on beyond its public methods (its private state, the protocol of
+optimizers that unscale themselves) is in stock.py, the state dict's checks in checkpoint.py.
 
 The rule runs on the host as `DynamicRule.step` itself. The decision has to reach the host anyway
 (step() branches on it: stock's one `.item()`), so the rule costs no further synchronisation, is
@@ -20,7 +24,6 @@ it has no hysteresis, floor, ceiling or stuck-run guard.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import numbers
 import warnings
@@ -41,11 +44,13 @@ from npu_lossscale.rule import (
     check_scale,
     to_float32,
 )
-from npu_lossscale.torch import ascend, distributed, overflow
+from npu_lossscale.torch import ascend, checkpoint, distributed, overflow, stock
+from npu_lossscale.torch.decision import UpdateDecision
 from npu_lossscale.torch.managers import (
     ExponentialUpdateLossScaleManager,
     FixedLossScaleManager,
     check_is_distributed,
+    scaler_arguments,
 )
 
 # torch's words for the rule's arguments, so that an error names what the user wrote.
@@ -55,60 +60,6 @@ _NAMES = {
     "incr_ratio": "growth_factor",
     "decr_ratio": "backoff_factor",
 }
-
-
-# state-dict key -> the rule's own name for it
-_SETTINGS = {
-    "growth_interval": "incr_every_n_steps",
-    "growth_factor": "incr_ratio",
-    "backoff_factor": "decr_ratio",
-    "decr_every_n_nan_or_inf": "decr_every_n_nan_or_inf",
-    "min_loss_scale": "min_loss_scale",
-    "max_loss_scale": "max_loss_scale",
-    "max_skipped_steps_at_floor": "max_skipped_steps_at_floor",
-}
-# state-dict key -> the RuleState counter it holds
-_COUNTS = {
-    "_growth_tracker": "good",
-    "_bad_steps": "bad",
-    "_skipped_steps": "skipped",
-    "_skips_at_floor": "skips_at_floor",
-}
-
-
-def _require_scaler_state(state_dict: Any) -> None:
-    """A scaler's state dict has a "scale" (stock raises KeyError: 'scale' without one). Say what
-    was passed instead where it is recognisable: a whole checkpoint holding the scaler's state
-    under some key, or an optimizer's state dict."""
-    if not isinstance(state_dict, dict):
-        raise TypeError(f"state_dict must be a dict; got {type(state_dict).__name__}")
-    if "scale" in state_dict:
-        return
-    keys = sorted(map(str, state_dict))
-    inner = [k for k, v in state_dict.items() if isinstance(v, dict) and "scale" in v]
-    if inner:
-        what = (
-            f"a whole checkpoint (keys {keys}); the scaler's state is under {inner[0]!r}: "
-            f"load_state_dict(checkpoint[{inner[0]!r}])"
-        )
-    elif {"state", "param_groups"} <= set(state_dict):
-        what = "an optimizer's state dict; pass the one scaler.state_dict() returned"
-    else:
-        what = f"a dict with the keys {keys}, not a GradScaler's state dict"
-    raise KeyError(f"GradScaler.load_state_dict: no 'scale' entry: this is {what}")
-
-
-def _count(state_dict: dict[str, Any], key: str, current: int) -> int:
-    """A counter entry (stock's _growth_tracker, the rule's others): a non-negative integer,
-    as an int, an integral float or a one-element tensor; ``current`` where absent."""
-    value = state_dict.get(key, current)
-    number = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
-    integral = isinstance(number, numbers.Integral) or (
-        isinstance(number, float) and number.is_integer()
-    )
-    if isinstance(number, bool) or not integral or number < 0:
-        raise ValueError(f"state_dict[{key!r}] must be a non-negative integer; got {value!r}")
-    return int(number)
 
 
 def _resolve_device(device: object) -> str:
@@ -140,23 +91,7 @@ def _resolve_device(device: object) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class _PerDevice:
-    """A scalar tensor served on every device that asks, copied once per device; unlike stock's
-    replicator, its own device gets the tensor itself (no copy on single-device models)."""
-
-    def __init__(self, master: torch.Tensor) -> None:
-        self.tensors = {master.device: master}
-
-    def get(self, device: torch.device) -> torch.Tensor:
-        tensor = self.tensors.get(device)
-        if tensor is None:
-            tensor = self.tensors[device] = next(iter(self.tensors.values())).to(
-                device, non_blocking=True, copy=True
-            )
-        return tensor
-
-
-class GradScaler(torch.amp.GradScaler):
+class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
     """Dynamic (or fixed) loss scaling for PyTorch with the NPU's overflow modes.
 
     Drop-in for `torch.amp.GradScaler` (and `torch.cuda.amp`'s) and for torch-npu's
@@ -284,42 +219,12 @@ class GradScaler(torch.amp.GradScaler):
         """The scaler a ported script gets: the manager's current scale, its rule step for step
         and its overflow mode. `is_distributed` is the manager's unless given here; the manager
         itself is not driven afterwards, so the flag is reduced once, by the scaler."""
-        if not isinstance(manager, (FixedLossScaleManager, ExponentialUpdateLossScaleManager)):
-            hint = ""
-            if type(manager).__module__.startswith("npu_lossscale."):
-                hint = " (the TensorFlow managers live in npu_lossscale; use npu_lossscale.torch's)"
-            raise ValueError(
-                "manager must be an npu_lossscale.torch FixedLossScaleManager or "
-                f"ExponentialUpdateLossScaleManager; got {manager!r}{hint}"
-            )
+        scale, settings = scaler_arguments(manager)
         if is_distributed is None:
             is_distributed = manager.is_distributed
-        common = dict(
-            overflow_mode=manager.overflow_mode,
-            is_distributed=is_distributed,
-            process_group=process_group,
+        return cls(
+            device, scale, is_distributed=is_distributed, process_group=process_group, **settings
         )
-        if isinstance(manager, ExponentialUpdateLossScaleManager):
-            rule = manager.rule
-            return cls(
-                device,
-                manager._state.scale,
-                rule.incr_ratio,
-                rule.decr_ratio,
-                rule.incr_every_n_steps,
-                decr_every_n_nan_or_inf=rule.decr_every_n_nan_or_inf,
-                min_loss_scale=rule.min_loss_scale,
-                max_loss_scale=rule.max_loss_scale,
-                max_skipped_steps_at_floor=rule.max_skipped_steps_at_floor,
-                **common,
-            )
-        if not manager.enable_overflow_check:
-            raise ValueError(
-                "manager: a FixedLossScaleManager with enable_overflow_check=False never "
-                "skips a step, which a GradScaler always does on overflow; multiply the loss "
-                "and divide the gradients by the constant yourself instead"
-            )
-        return cls(device, manager._state.scale, dynamic=False, **common)
 
     # -- readable state ----------------------------------------------------------------------
 
@@ -340,40 +245,6 @@ class GradScaler(torch.amp.GradScaler):
     def _get_growth_tracker(self) -> int:
         return self._state.good if self._enabled else 0
 
-    # -- stock's private state -------------------------------------------------------------------
-    # Libraries call stock's private methods (FSDP's sharded scaler, accelerate's checks, torch's
-    # fused optimizers through _check_inf_per_device), which read these attributes. The state is
-    # the host's RuleState; these views keep stock's names coherent with it in both directions.
-
-    @property
-    def _init_scale(self) -> float:
-        return self._state.scale
-
-    @_init_scale.setter
-    def _init_scale(self, value: float) -> None:
-        self._state = dataclasses.replace(self._state, scale=to_float32(float(value)))
-
-    @property
-    def _init_growth_tracker(self) -> int:
-        return self._state.good
-
-    @_init_growth_tracker.setter
-    def _init_growth_tracker(self, value: int) -> None:
-        self._state = dataclasses.replace(self._state, good=int(value))
-
-    @property
-    def _growth_tracker(self) -> torch.Tensor | None:
-        """Stock's device copy of the clean-step count: None before the first scale(), as in
-        stock, then made from the host's count when asked (the rule itself never needs it)."""
-        if self._scale is None:
-            return None
-        return torch.full((), self._state.good, dtype=torch.int32, device=self._scale.device)
-
-    @_growth_tracker.setter
-    def _growth_tracker(self, value: torch.Tensor | None) -> None:
-        if value is not None:
-            self._init_growth_tracker = int(value.item())
-
     # -- the training loop -------------------------------------------------------------------
 
     def scale(self, outputs: Any) -> Any:
@@ -381,21 +252,12 @@ class GradScaler(torch.amp.GradScaler):
         this update starts a new part of it (see `step`). In saturation mode on the chip, a
         part's first call also clears the float status, so that the status read at the step
         covers exactly that part's forward and backward passes."""
-        if self._stepped[-1]:
-            self._new_segment()
+        if self._decision.new_part():
+            self._status_cleared = False
         if self._chip_status and self._enabled and not self._status_cleared:
             ascend.clear_float_status(torch.device(self._device))
             self._status_cleared = True
         return super().scale(outputs)
-
-    def _new_segment(self) -> None:
-        """A loss scaled after a step of this update starts a new backward pass: what it writes
-        is judged apart from what was decided before (a GAN's G after D's step), as stock
-        judges every optimizer on its own gradients."""
-        self._earlier = bool(self._earlier) or bool(self._overflowed)
-        self._overflowed = None
-        self._stepped.append([])
-        self._status_cleared = False
 
     def _lazy_init_scale_growth_tracker(self, dev: torch.device) -> None:
         # Called by stock scale() on the first scale(): where is_distributed=True is checked.
@@ -456,8 +318,8 @@ class GradScaler(torch.amp.GradScaler):
     ) -> dict[torch.device, torch.Tensor]:
         # torch's own tests (and some libraries) pass a one-element 1-D inv_scale, which
         # torch's kernel takes and _foreach_mul_ does not.
-        inverse = _PerDevice(inv_scale.reshape(()) if inv_scale.dim() else inv_scale)
-        found = _PerDevice(found_inf)
+        inverse = overflow.PerDevice(inv_scale.reshape(()) if inv_scale.dim() else inv_scale)
+        found = overflow.PerDevice(found_inf)
         with torch.no_grad():
             groups = overflow.gradient_groups(
                 overflow.optimizer_params(optimizer),
@@ -478,23 +340,13 @@ class GradScaler(torch.amp.GradScaler):
         """Unscale (unless `unscale_` did), then run `optimizer.step(*args, **kwargs)` unless
         this update overflowed.
 
-        One decision per backward pass, where stock torch decides per optimizer (with two
-        optimizers it may apply one and skip the other, leaving a model half-updated). An update
-        falls into parts: a loss scaled after a step starts a new one, as a GAN's G loss does
-        after D's step. A part's first `step()` decides, over its own optimizer, every optimizer
-        already `unscale_`d in this update, and the optimizers that shared this one's part in
-        the previous update (their gradients are read, not touched); if any overflowed, every
-        optimizer of the part skips. That is all or nothing for the common loops: one backward,
-        then a step per optimizer (dense and sparse optimizers, per-part optimizers), from the
-        second update on, and from the first where each optimizer is `unscale_`d before the
-        first step. An optimizer the decision did not cover (new to the scaler) is checked at
-        its own step and, having overflowed, skipped, as is every later one of its part. Parts
-        are judged apart, each on its own gradients, as stock judges each optimizer: D's
-        overflow does not skip G's clean step, nor do G's stale gradients, which a GAN loop only
-        zeroes after D's next step, skip D's. The update counts as skipped, and the scale backs
-        off once, when any part overflowed. With `per_optimizer=True` each optimizer is decided
-        on its own gradients, as stock decides. Optimizers whose own `step` supports amp
-        scaling (torch's fused ones) get stock's protocol and unscale in their step.
+        One decision per backward pass, where stock torch decides per optimizer (and may apply
+        one optimizer and skip another, leaving a model half-updated): the first step after a
+        backward decides for the optimizers it wrote, all or nothing (decision.py says how it
+        knows them); a loss scaled after a step starts a new pass, decided on its own gradients
+        as stock decides each optimizer (a GAN's D and G). The scale backs off once when any
+        overflowed. `per_optimizer=True` gives stock's decisions. Optimizers whose own `step`
+        supports amp scaling (torch's fused ones) get stock's protocol (stock.py).
         """
         if not self._enabled:
             return optimizer.step(*args, **kwargs)
@@ -505,154 +357,24 @@ class GradScaler(torch.amp.GradScaler):
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
         if getattr(optimizer, "_step_supports_amp_scaling", False):
-            retval = self._step_unscaling_itself(optimizer, state, args, kwargs)
+            retval = stock.step_unscaling_itself(self, optimizer, state, args, kwargs)
         else:
             if state["stage"] is OptState.READY:
                 self.unscale_(optimizer)
             retval = None
-            if not self._overflow_so_far(optimizer):
+            if not self._decision.must_skip(optimizer):
                 retval = optimizer.step(*args, **kwargs)
         state["stage"] = OptState.STEPPED
-        self._stepped[-1].append(weakref.ref(optimizer))
+        self._decision.stepped(optimizer)
         return retval
 
-    def _step_unscaling_itself(
-        self,
-        optimizer: torch.optim.Optimizer,
-        state: dict[str, Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """Stock's protocol for optimizers that unscale in their own step (torch's fused ones,
-        third-party ones: `_step_supports_amp_scaling`): a step that takes `grad_scaler` gets this
-        scaler (with stock's FutureWarning), any other finds `optimizer.grad_scale` (the scale,
-        unless `unscale_` ran) and `optimizer.found_inf` set for the call. The decision is still
-        this scaler's (its mode, one per part, agreed over the ranks): the gradients are checked
-        where they are, still scaled, and an overflowed step is not called at all."""
-        takes_scaler = "grad_scaler" in inspect.signature(optimizer.step).parameters
-        if takes_scaler:
-            warnings.warn(
-                "GradScaler is going to stop passing itself as a keyword argument to the passed "
-                "optimizer. In the near future GradScaler registers `grad_scale: Tensor` and "
-                "`found_inf: Tensor` to the passed optimizer and let the optimizer use them "
-                "directly.",
-                FutureWarning,
-                stacklevel=3,
-            )
-        unscaled = state["stage"] is OptState.UNSCALED
-        if not unscaled:
-            found = self._check_inf_per_device(optimizer)
-            if self._uninvertible:  # see unscale_
-                for flag in found.values():
-                    flag.fill_(1.0)
-        if self._overflow_so_far(optimizer):
-            return None
-        if takes_scaler:
-            return optimizer.step(*args, **{**kwargs, "grad_scaler": self})
+    # What the decision (decision.py) is handed: how flags are read in this mode, device, rank.
+
+    def _agree(self, flags: Sequence[torch.Tensor]) -> bool:
+        """Combine ``flags``, sum them over the ranks when several take part, and read the
+        result: the one host sync of a step, as in stock."""
         scale = self._require_scale("step")
-        flags = [
-            t.to(scale.device, non_blocking=True) for t in state["found_inf_per_device"].values()
-        ]
-        optimizer.grad_scale = (
-            getattr(optimizer, "grad_scale", None)
-            if unscaled
-            else scale * getattr(optimizer, "grad_scale", 1)
-        )
-        optimizer.found_inf = flags[0] if len(flags) == 1 else torch.stack(flags).sum()
-        try:
-            return optimizer.step(*args, **kwargs)
-        finally:
-            del optimizer.grad_scale
-            del optimizer.found_inf
-
-    def _overflow_so_far(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Whether this update has overflowed, as far as ``optimizer``'s step must know."""
-        if self.per_optimizer:  # stock's decisions: each optimizer on its own gradients
-            mine = self._alone_overflowed(optimizer)
-            if mine is None:
-                mine = self._agreed_overflow([id(optimizer)])
-            self._overflowed = bool(self._overflowed) or mine
-            return mine
-        if self._overflowed is None:
-            self._overflowed = self._alone_overflowed(optimizer)
-            if self._overflowed is None:
-                keys, extra = self._unjudged(), self._prechecks(optimizer)
-                self._overflowed = self._agreed_overflow(keys, extra)
-        elif not self._overflowed and id(optimizer) not in self._judged:
-            self._overflowed = self._agreed_overflow([id(optimizer)])
-        return self._overflowed
-
-    def _alone_overflowed(self, optimizer: torch.optim.Optimizer) -> bool | None:
-        """The decision of the usual loop -- one optimizer, stepped alone in this update and the
-        last, on one device, one rank -- read straight from its flag; None for any other loop.
-
-        The general path decides the same there, but runs right after the unscale kernel has
-        streamed every gradient through the caches, where each Python call it makes costs
-        microseconds: together, more than stock torch's whole step.
-        """
-        states, previous = self._per_optimizer_states, self._previous
-        if len(states) != 1 or len(previous) > 1 or len(self._stepped) > 1:
-            return None
-        if previous and (len(previous[0]) > 1 or previous[0][0]() is not optimizer):
-            return None
-        found = states[id(optimizer)]["found_inf_per_device"]
-        if len(found) != 1 or self._chip_status:
-            return None
-        if distributed.should_reduce(self.is_distributed, self.process_group):
-            return None
-        self._judged.add(id(optimizer))
-        (flag,) = found.values()
-        return bool(flag.item())
-
-    def _unjudged(self) -> list[int]:
-        return [
-            key
-            for key, state in self._per_optimizer_states.items()
-            if state["stage"] is not OptState.READY and key not in self._judged
-        ]
-
-    def _prechecks(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-        """Read-only checks of the optimizers that shared ``optimizer``'s part of the previous
-        update, not yet unscaled in this one: where a loop steps the same optimizers after one
-        backward every update. A loop that steps optimizers after separate backward passes (a
-        GAN's D, then G, in one update or in two) leaves stale gradients in the others, which
-        are not this part's to judge. On the chip the float status already covers every
-        gradient since scale()."""
-        if self._chip_status:
-            return []
-        part = next((p for p in self._previous if any(r() is optimizer for r in p)), [])
-        if len(part) < 2:
-            return []
-        scale = self._require_scale("step")
-        flags = []
-        for ref in part:
-            other = ref()
-            if other is None:
-                continue
-            state = self._per_optimizer_states.get(id(other))
-            if state is not None and state["stage"] is not OptState.READY:
-                continue
-            with torch.no_grad():
-                groups = overflow.gradient_groups(
-                    overflow.optimizer_params(other),
-                    allow_fp16=True,
-                    coalesce_sparse=self.overflow_mode is OverflowMode.SATURATION,
-                    in_place=False,
-                )
-                flags.append(overflow.check_only(groups, self.overflow_mode, scale.device))
-        return flags
-
-    def _agreed_overflow(self, keys: list[int], extra: Sequence[torch.Tensor] = ()) -> bool:
-        """Combine the recorded flags of ``keys`` (and ``extra``), sum them over the ranks when
-        several take part, and read the result: the one host sync of a step, as in stock."""
-        scale = self._require_scale("step")
-        flags = [
-            flag.to(scale.device, non_blocking=True)
-            for key in keys
-            for flag in self._per_optimizer_states[key]["found_inf_per_device"].values()
-        ]
-        flags.extend(extra)
-        self._judged.update(keys)
+        flags = [flag.to(scale.device, non_blocking=True) for flag in flags]
         if not flags:
             flag = torch.zeros((), dtype=torch.float32, device=scale.device)
         elif len(flags) == 1:
@@ -663,6 +385,30 @@ class GradScaler(torch.amp.GradScaler):
             flag = distributed.agree(flag.clone(), self.process_group)
         return bool(flag.item())
 
+    def _precheck(self, optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
+        """Whether ``optimizer``'s still-scaled gradients overflowed, touching none of them;
+        None on the chip, whose float status already covers every gradient since scale()."""
+        if self._chip_status:
+            return None
+        scale = self._require_scale("step")
+        with torch.no_grad():
+            groups = overflow.gradient_groups(
+                overflow.optimizer_params(optimizer),
+                allow_fp16=True,
+                coalesce_sparse=self.overflow_mode is OverflowMode.SATURATION,
+                in_place=False,
+            )
+            return overflow.check_only(groups, self.overflow_mode, scale.device)
+
+    def _read_alone(self, found: dict[torch.device, torch.Tensor]) -> bool | None:
+        """One optimizer's flag read directly: one device, no float status, one rank."""
+        if len(found) != 1 or self._chip_status:
+            return None
+        if distributed.should_reduce(self.is_distributed, self.process_group):
+            return None
+        (flag,) = found.values()
+        return bool(flag.item())
+
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:
         """Move the scale by the rule once for this update (or set it to ``new_scale``), count a
         skipped update, and raise RuntimeError when the stuck-run guard trips."""
@@ -671,22 +417,11 @@ class GradScaler(torch.amp.GradScaler):
         self._require_scale("update")
         if new_scale is not None:
             self._set_scale(new_scale)
-            overflowed = bool(self._earlier) or bool(self._overflowed)
+            overflowed = self._decision.so_far()
             skipped = self._state.skipped + overflowed
             self._finish_update(dataclasses.replace(self._state, skipped=skipped), overflowed)
             return
-        overflowed = self._overflowed
-        if self._earlier is not None:  # an earlier part of this update was decided
-            overflowed = self._earlier or bool(overflowed)
-        # Optimizers unscale_d but not stepped count too, as in stock; the judged ones are a
-        # subset of those with a state, so when the counts match there is nothing left to read.
-        unjudged = []
-        if not overflowed and len(self._judged) < len(self._per_optimizer_states):
-            unjudged = self._unjudged()
-        if overflowed is None and not unjudged:
-            raise AssertionError("No inf checks were recorded prior to update.")
-        if unjudged:
-            overflowed = self._agreed_overflow(unjudged)
+        overflowed = self._decision.outcome()
         if self.dynamic:
             state = self._rule.step(self._state, not overflowed)
         else:
@@ -710,15 +445,19 @@ class GradScaler(torch.amp.GradScaler):
                     stacklevel=3,
                 )
         self._last_step_applied = not overflowed
-        self._previous = [part for part in self._stepped if part]
+        self._previous = self._decision.parts()
         self._begin_update()
 
     def _begin_update(self) -> None:
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
-        self._overflowed: bool | None = None  # None: not decided yet in this part
-        self._earlier: bool | None = None  # whether an earlier part overflowed; None: no part
-        self._judged: set[int] = set()  # optimizers whose flags a decision has read
-        self._stepped: list[list[weakref.ref]] = [[]]  # the optimizers stepped, part by part
+        self._decision = UpdateDecision(
+            self._per_optimizer_states,
+            self._previous,
+            self.per_optimizer,
+            self._agree,
+            self._precheck,
+            self._read_alone,
+        )
         self._status_cleared = False
 
     def _set_scale(self, new_scale: float | torch.Tensor) -> None:
@@ -815,15 +554,17 @@ class GradScaler(torch.amp.GradScaler):
                 "The source state dict is empty, possibly because it was saved "
                 "from a disabled instance of GradScaler."
             )
-        _require_scaler_state(state_dict)
+        checkpoint.require_scaler_state(state_dict)
         counts = {
-            field: _count(state_dict, key, getattr(self._state, field))
-            for key, field in _COUNTS.items()
+            field: checkpoint.count(state_dict, key, getattr(self._state, field))
+            for key, field in checkpoint.COUNTS.items()
         }
         dynamic = self.dynamic
         if "dynamic" in state_dict:
             dynamic = check_bool("state_dict['dynamic']", state_dict["dynamic"])
-        changes = {name: state_dict[key] for key, name in _SETTINGS.items() if key in state_dict}
+        changes = {
+            name: state_dict[key] for key, name in checkpoint.SETTINGS.items() if key in state_dict
+        }
         scale = state_dict["scale"]
         if isinstance(scale, torch.Tensor) and scale.numel() == 1:
             scale = scale.item()
@@ -837,16 +578,17 @@ class GradScaler(torch.amp.GradScaler):
                 stacklevel=2,
             )
             scale = floor
-        names = {name: f"state_dict[{key!r}]" for key, name in _SETTINGS.items()}
+        names = {name: f"state_dict[{key!r}]" for key, name in checkpoint.SETTINGS.items()}
         self._rebuild(scale, "state_dict['scale']", names, **changes)
         self.dynamic = dynamic
         self._state = RuleState(self._state.scale, **counts)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # Scalers pickled before the fused op was looked up per scaler have no _fused. A scaler
-        # is pickled between updates, so the per-update bookkeeping starts afresh, in this
-        # version's shape whatever the pickle's.
-        self.__dict__.update({"_fused": overflow.FusedOp(), **state})
+        # Older pickles lack what was added since (_fused, per_optimizer, _uninvertible, which
+        # the next scale() sets). A scaler is pickled between updates, so the per-update
+        # bookkeeping starts afresh, in this version's shape whatever the pickle's.
+        defaults = {"_fused": overflow.FusedOp(), "per_optimizer": False, "_uninvertible": False}
+        self.__dict__.update({**defaults, **state})
         self._previous = []
         self._begin_update()
 
@@ -858,5 +600,5 @@ class GradScaler(torch.amp.GradScaler):
             )
         state = self.__dict__.copy()
         # The scale tensor is rebuilt by the next scale(); optimizers are not the scaler's to keep.
-        state.update(_scale=None, _inv_scale=None, _previous=[], _stepped=[[]])
+        state.update(_scale=None, _inv_scale=None, _previous=[], _decision=None)
         return state

@@ -630,6 +630,34 @@ def test_optimizers_that_unscale_themselves_get_stocks_protocol(kind: type) -> N
     assert _same(saturated[-1][1], saturated[-2][1])  # skipped: weights as before
 
 
+def test_an_optimizer_unscaling_itself_is_in_its_passs_one_decision() -> None:
+    """One backward, then the step of an optimizer that unscales itself (its gradients still
+    scaled when the decision is taken) and a plain one's: its own overflow skips both, from the
+    second update on too, where the decision also prechecks the other."""
+    model = _TwoParts()
+    optimizers = [_UnscalesItself(model.b.parameters()), torch.optim.SGD(model.a.parameters(), 0.1)]
+    scaler = GradScaler("cpu", 256.0)
+    for y in (X, X, _poisoned(), X):  # the inf overflows part b only
+        before = [p.detach().clone() for p in model.parameters()]
+        _two_part_update(scaler, model, optimizers, y)
+        moved = [not torch.equal(a, b) for a, b in zip(before, model.parameters())]
+        assert all(moved) if y is X else not any(moved)
+    assert optimizers[0].seen == [(256.0, 0.0), (256.0, 0.0), (128.0, 0.0)]
+    # A first update with the plain optimizer unscaled first: nothing to precheck, the
+    # decision has its flags and those of the one stepping.
+    scaler = GradScaler("cpu", 64.0)
+    optimizers[1].zero_grad()
+    optimizers[0].zero_grad()
+    scaler.scale(model.loss(X, _poisoned())).backward()
+    before = [p.detach().clone() for p in model.parameters()]
+    scaler.unscale_(optimizers[1])
+    scaler.step(optimizers[0])
+    scaler.step(optimizers[1])
+    scaler.update()
+    assert _same(before, [p.detach() for p in model.parameters()])
+    assert scaler.get_scale() == 32.0 and len(optimizers[0].seen) == 3
+
+
 def test_an_optimizer_unscaled_before_its_own_unscaling_step() -> None:
     """unscale_ (to clip) before a fused step: the optimizer gets no scale, as with stock."""
     model, reference_model = _mlp(), _mlp()
@@ -1108,13 +1136,15 @@ def test_a_cuda_scaler_without_cuda_says_it_is_disabled_and_what_to_pass() -> No
 
 
 def test_a_scaler_pickled_before_the_per_scaler_op_lookup_still_steps() -> None:
-    # Such a pickle's state has no _fused (what the op lookup is kept in since); it is added.
+    # Such a pickle's state has no _fused (what the op lookup is kept in since), nor what was
+    # added later; defaults are.
     # The state goes through pickle as a real one would: __getstate__'s shallow copy shares the
     # live scaler's objects.
     scaler = GradScaler("cpu", 1024.0)
     _drive(scaler, [True])
     state = pickle.loads(pickle.dumps(scaler.__getstate__()))
-    del state["_fused"]
+    for added_since in ("_fused", "per_optimizer", "_uninvertible", "_decision"):
+        del state[added_since]
     resumed = pickle.loads(pickle.dumps(scaler))
     resumed.__dict__.clear()
     resumed.__setstate__(state)
