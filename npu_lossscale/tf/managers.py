@@ -36,7 +36,7 @@ FLOOR_SKIPS_VAR_NAME = "loss_scale_skips_at_floor"
 logger = logging.getLogger("npu_lossscale")
 
 
-def _state_variable(initial_value: object, dtype: tf.DType, name: str) -> tf.Variable:
+def state_variable(initial_value: object, dtype: tf.DType, name: str) -> tf.Variable:
     """Create a non-trainable resource variable that is safe wherever the manager is built.
 
     tf.init_scope drops any enclosing tf.control_dependencies (the vendor warns that building the
@@ -182,7 +182,7 @@ class LossScaleManager(tf.Module, abc.ABC):
         super().__init__(name=type(self).__name__)
         self.is_distributed = check_bool("is_distributed", is_distributed)
         self.overflow_mode = resolve_overflow_mode(overflow_mode)
-        self._skipped_steps = _state_variable(0, tf.int64, SKIPPED_STEPS_VAR_NAME)
+        self._skipped_steps = state_variable(0, tf.int64, SKIPPED_STEPS_VAR_NAME)
 
     @abc.abstractmethod
     def get_loss_scale(self) -> tf.Tensor:
@@ -208,10 +208,19 @@ class LossScaleManager(tf.Module, abc.ABC):
             finite = tf.equal(summed, 0.0)
         return self.update_with_agreed_flag(finite)
 
-    @abc.abstractmethod
     def update_with_agreed_flag(self, finite: tf.Tensor) -> tf.Operation | None:
         """Record one step whose flag every worker already agrees on (never reduced again):
-        what NPULossScaleOptimizer calls after its own reduction."""
+        what NPULossScaleOptimizer calls after its own reduction.
+
+        Ours override it. A subclass written to tf.contrib's contract overrides only
+        ``update_loss_scale``, which then gets the agreed flag.
+        """
+        if type(self).update_loss_scale is LossScaleManager.update_loss_scale:
+            raise NotImplementedError(
+                f"{type(self).__name__} must implement update_loss_scale(finite_grads) "
+                "(tf.contrib's contract) or update_with_agreed_flag(finite)"
+            )
+        return self.update_loss_scale(finite)
 
     @property
     def skipped_steps(self) -> tf.Variable:
@@ -261,6 +270,10 @@ class FixedLossScaleManager(LossScaleManager):
             return self._graph_scale
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
+    def get_enable_overflow_check(self) -> bool:
+        """Whether overflowed steps are skipped, under the Ascend adapter's name for it."""
+        return self.enable_overflow_check
+
     def update_with_agreed_flag(self, finite: tf.Tensor) -> tf.Operation | None:
         finite = _as_finite_flag(finite)
         return tf.group(self._skipped_steps.assign(self._count_skip(finite)))
@@ -304,10 +317,10 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         )
         super().__init__(overflow_mode, is_distributed)
         self.enable_overflow_check = True
-        self._loss_scale = _state_variable(init, tf.float32, SCALE_VAR_NAME)
-        self._good_steps = _state_variable(0, tf.int32, GOOD_STEPS_VAR_NAME)
-        self._bad_steps = _state_variable(0, tf.int32, BAD_STEPS_VAR_NAME)
-        self._skips_at_floor = _state_variable(0, tf.int64, FLOOR_SKIPS_VAR_NAME)
+        self._loss_scale = state_variable(init, tf.float32, SCALE_VAR_NAME)
+        self._good_steps = state_variable(0, tf.int32, GOOD_STEPS_VAR_NAME)
+        self._bad_steps = state_variable(0, tf.int32, BAD_STEPS_VAR_NAME)
+        self._skips_at_floor = state_variable(0, tf.int64, FLOOR_SKIPS_VAR_NAME)
         self._graph_scale = _scale_tensor_for_fetching(self._scale_read)
 
     @property
