@@ -36,6 +36,14 @@ each; the ratio per layout is printed too, to show how far one layout alone woul
 
     .venv/bin/python benchmarks/overhead.py [--steps N] [--rounds N] [--layouts K]
                                             [--width N] [--depth N] [--batch N]
+                                            [--stack tf115|tf265]
+
+``--stack`` runs the same measurement on an older stack, in the venv `make test` builds for it
+(.venv-tf115: TF 1.15 / Python 3.7; .venv-tf265: TF 2.6.5 / Python 3.9). TensorFlow's own
+optimizer there is the one a script on that stack used: on TF 1.15
+``tf.contrib.mixed_precision.LossScaleOptimizer`` with contrib's
+``ExponentialUpdateLossScaleManager(2**15, 2000)`` (the class the Ascend adapter copies), on TF
+2.x ``MixedPrecisionLossScaleOptimizer(opt, "dynamic")``.
 """
 
 from __future__ import annotations
@@ -43,7 +51,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -61,6 +71,33 @@ CONFIGS = (
     "skip-floor",
     *(f"ours-{p}-{m}" for p in ("tf", "fused") for m in MODES),
 )
+
+
+STACK_PYTHONS = {
+    name: Path(__file__).resolve().parents[1] / f".venv-{name}" / "bin" / "python"
+    for name in ("tf115", "tf265")
+}
+
+
+def _reference(opt: tf.compat.v1.train.Optimizer) -> tf.compat.v1.train.Optimizer:
+    """TensorFlow's own loss-scale optimizer for this TensorFlow, around ``opt``."""
+    contrib = getattr(tf, "contrib", None)  # TF 1.x only
+    if contrib is not None:
+        manager = contrib.mixed_precision.ExponentialUpdateLossScaleManager(2**15, 2000)
+        return contrib.mixed_precision.LossScaleOptimizer(opt, manager)
+    return tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, "dynamic")
+
+
+def _reference_name() -> str:
+    if getattr(tf, "contrib", None) is not None:
+        return "tf.contrib.mixed_precision.LossScaleOptimizer"
+    return "MixedPrecisionLossScaleOptimizer"
+
+
+def args_stack_is_old() -> bool:
+    """Whether this TensorFlow is one of the older stacks (TF 1.15, TF 2.6)."""
+    major, minor = (int(part) for part in tf.__version__.split(".")[:2])
+    return (major, minor) < (2, 7)
 
 
 def _dense(x: tf.Tensor, units: int, name: str) -> tf.Tensor:
@@ -121,7 +158,7 @@ def build(config: str, width: int, depth: int, batch: int, seed: int = 0):
         global_step = tf.compat.v1.train.get_or_create_global_step()
         opt = tf.compat.v1.train.AdamOptimizer(1e-4)
         if config == "tensorflow":
-            opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, "dynamic")
+            opt = _reference(opt)
         elif config in ("unscale-only", "skip-floor"):
             opt = _UnscaleOnly(opt, skip=config == "skip-floor")
         elif config.startswith("ours-"):
@@ -159,11 +196,24 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=1024, help="hidden layer width")
     parser.add_argument("--depth", type=int, default=3, help="hidden layers")
     parser.add_argument("--batch", type=int, default=8, help="batch size")
+    parser.add_argument("--stack", choices=sorted(STACK_PYTHONS), help="run on an older stack")
     args = parser.parse_args()
+    if args.stack:
+        python = STACK_PYTHONS[args.stack]
+        if not python.exists():
+            parser.error(f"no {python}: build it with `make test-{args.stack}`")
+        rest = [
+            a for a in sys.argv[1:] if a not in ("--stack", args.stack, f"--stack={args.stack}")
+        ]
+        os.execv(str(python), [str(python), __file__, *rest])
     for flag in ("steps", "rounds", "layouts", "width", "depth", "batch"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} must be at least 1, got {getattr(args, flag)}")
 
+    print(
+        f"TensorFlow {tf.__version__}, Python {sys.version.split()[0]}; TensorFlow's own: "
+        f"{_reference_name()}"
+    )
     started = time.perf_counter()
     if kernels.fused_ops() is None:
         print(f"fused op unavailable ({kernels.unavailable_reason()}): ours-fused-* = ours-tf-*")
@@ -230,7 +280,9 @@ def main() -> None:
     for path in ("tf", "fused"):
         for mode in MODES:
             print(f"  ours {path:<5} {mode:<10}                {summary(f'ours-{path}-{mode}')}")
-    print("  target: ratio <= 0.6 in both modes")
+    # Issue 25: on the older stacks at most the framework's own overhead; on today's, 0.6 of it.
+    target = "1.0" if args_stack_is_old() else "0.6"
+    print(f"  target: ratio <= {target} in both modes")
     for sessions in built.values():
         for session, _, _ in sessions:
             session.close()

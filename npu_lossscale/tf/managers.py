@@ -9,7 +9,10 @@ extra is keyword-only and off by default.
 from __future__ import annotations
 
 import abc
+import logging
 import math
+import sys
+from typing import Callable
 
 import tensorflow as tf
 
@@ -30,8 +33,10 @@ BAD_STEPS_VAR_NAME = "bad_steps"
 SKIPPED_STEPS_VAR_NAME = "loss_scale_skipped_steps"
 FLOOR_SKIPS_VAR_NAME = "loss_scale_skips_at_floor"
 
+logger = logging.getLogger("npu_lossscale")
 
-def _state_variable(initial_value: object, dtype: tf.DType, name: str) -> tf.Variable:
+
+def state_variable(initial_value: object, dtype: tf.DType, name: str) -> tf.Variable:
     """Create a non-trainable resource variable that is safe wherever the manager is built.
 
     tf.init_scope drops any enclosing tf.control_dependencies (the vendor warns that building the
@@ -54,22 +59,24 @@ def _state_variable(initial_value: object, dtype: tf.DType, name: str) -> tf.Var
     return variable
 
 
-def _scale_tensor_for_fetching(scale: tf.Variable | float) -> tf.Tensor | None:
+def _scale_tensor_for_fetching(
+    scale: Callable[[], tf.Tensor] | float,
+) -> tf.Tensor | None:
     """In a graph, the scale's value under the name 'loss_scale:0' that vendor scripts fetch.
 
     Built once, at the top level of the graph the state lives in, and returned by get_loss_scale
     wherever that is equivalent (_reusable_here), so the step's loss scaling and unscaling use
     this very read: fetched alongside a train op built there, it is the scale that step used.
     A read costs nothing unless something runs it. None when running eagerly (no names to
-    fetch by, and an eager read is a value, not an op to reuse).
+    fetch by, and an eager read is a value, not an op to reuse). ``scale`` is the fixed
+    manager's value or the dynamic manager's read of its variable.
     """
     with tf.init_scope():
         if tf.executing_eagerly():
             return None
         if isinstance(scale, float):
             return tf.constant(scale, dtype=tf.float32, name=SCALE_TENSOR_NAME)
-        # A variable; under a TF 1.15 strategy a MirroredVariable, which is no tf.Variable there.
-        return tf.identity(scale.read_value(), name=SCALE_TENSOR_NAME)
+        return tf.identity(scale(), name=SCALE_TENSOR_NAME)
 
 
 def _reusable_here(shared: tf.Tensor | None) -> bool:
@@ -88,6 +95,14 @@ def _reusable_here(shared: tf.Tensor | None) -> bool:
         return False
     graph = tf.compat.v1.get_default_graph()
     return graph is shared.graph and not graph._current_control_dependencies()
+
+
+def _below_floor_message(scale: object, floor: float) -> str:
+    return (
+        f"npu_lossscale: the restored loss scale {scale} is below min_loss_scale ({floor:g}), "
+        "as a scale becomes after a NaN storm in a tool without a floor; training goes on "
+        f"from the floor, {floor:g}"
+    )
 
 
 def grown_scale(rule: DynamicRule, scale: tf.Tensor) -> tf.Tensor:
@@ -167,7 +182,7 @@ class LossScaleManager(tf.Module, abc.ABC):
         super().__init__(name=type(self).__name__)
         self.is_distributed = check_bool("is_distributed", is_distributed)
         self.overflow_mode = resolve_overflow_mode(overflow_mode)
-        self._skipped_steps = _state_variable(0, tf.int64, SKIPPED_STEPS_VAR_NAME)
+        self._skipped_steps = state_variable(0, tf.int64, SKIPPED_STEPS_VAR_NAME)
 
     @abc.abstractmethod
     def get_loss_scale(self) -> tf.Tensor:
@@ -193,10 +208,19 @@ class LossScaleManager(tf.Module, abc.ABC):
             finite = tf.equal(summed, 0.0)
         return self.update_with_agreed_flag(finite)
 
-    @abc.abstractmethod
     def update_with_agreed_flag(self, finite: tf.Tensor) -> tf.Operation | None:
         """Record one step whose flag every worker already agrees on (never reduced again):
-        what NPULossScaleOptimizer calls after its own reduction."""
+        what NPULossScaleOptimizer calls after its own reduction.
+
+        Ours override it. A subclass written to tf.contrib's contract overrides only
+        ``update_loss_scale``, which then gets the agreed flag.
+        """
+        if type(self).update_loss_scale is LossScaleManager.update_loss_scale:
+            raise NotImplementedError(
+                f"{type(self).__name__} must implement update_loss_scale(finite_grads) "
+                "(tf.contrib's contract) or update_with_agreed_flag(finite)"
+            )
+        return self.update_loss_scale(finite)
 
     @property
     def skipped_steps(self) -> tf.Variable:
@@ -246,6 +270,10 @@ class FixedLossScaleManager(LossScaleManager):
             return self._graph_scale
         return tf.constant(self._loss_scale_value, dtype=tf.float32)
 
+    def get_enable_overflow_check(self) -> bool:
+        """Whether overflowed steps are skipped, under the Ascend adapter's name for it."""
+        return self.enable_overflow_check
+
     def update_with_agreed_flag(self, finite: tf.Tensor) -> tf.Operation | None:
         finite = _as_finite_flag(finite)
         return tf.group(self._skipped_steps.assign(self._count_skip(finite)))
@@ -289,11 +317,11 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         )
         super().__init__(overflow_mode, is_distributed)
         self.enable_overflow_check = True
-        self._loss_scale = _state_variable(init, tf.float32, SCALE_VAR_NAME)
-        self._good_steps = _state_variable(0, tf.int32, GOOD_STEPS_VAR_NAME)
-        self._bad_steps = _state_variable(0, tf.int32, BAD_STEPS_VAR_NAME)
-        self._skips_at_floor = _state_variable(0, tf.int64, FLOOR_SKIPS_VAR_NAME)
-        self._graph_scale = _scale_tensor_for_fetching(self._loss_scale)
+        self._loss_scale = state_variable(init, tf.float32, SCALE_VAR_NAME)
+        self._good_steps = state_variable(0, tf.int32, GOOD_STEPS_VAR_NAME)
+        self._bad_steps = state_variable(0, tf.int32, BAD_STEPS_VAR_NAME)
+        self._skips_at_floor = state_variable(0, tf.int64, FLOOR_SKIPS_VAR_NAME)
+        self._graph_scale = _scale_tensor_for_fetching(self._scale_read)
 
     @property
     def variables(self) -> list[tf.Variable]:
@@ -323,32 +351,67 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         """
         if _reusable_here(self._graph_scale):
             return self._graph_scale
-        return self._loss_scale.read_value()
+        return self._scale_read()
+
+    def _scale_read(self) -> tf.Tensor:
+        """The scale variable's value, raised to min_loss_scale where it is below (or NaN).
+
+        The rule never takes the scale below the floor, but a checkpoint can: another tool's
+        scale that collapsed to 0 after a NaN storm, or 1e-40. Scaling by it would poison the
+        weights (1/0 and 1/1e-40 are inf in float32) and a scale of 1e-30 would take years of
+        clean steps to grow back, so such a value counts as the floor -- this step's loss is
+        scaled by the floor, the update stores the rule's next value from there -- and a
+        warning says so (``_restored_scale_warning``). A read op, not a one-off fix at restore
+        time, because a TF1 Saver restores by running assign ops nothing else sees.
+        """
+        raw = self._loss_scale.read_value()
+        floor = tf.constant(self._rule.min_loss_scale, tf.float32)
+        if tf.executing_eagerly() and not bool(raw >= floor):
+            logger.warning(_below_floor_message(float(raw), self._rule.min_loss_scale))
+        # NaN compares False, so a NaN scale is replaced too.
+        return tf.where(raw >= floor, raw, floor)
+
+    def _restored_scale_warning(self) -> tf.Operation | None:
+        """In a graph, an op that prints the warning on a step that found the variable below
+        the floor (eagerly ``_scale_read`` logs it)."""
+        if tf.executing_eagerly():
+            return None
+        raw = self._loss_scale.read_value()
+        floor = self._rule.min_loss_scale
+
+        def warn() -> tf.Operation:
+            return tf.print(_below_floor_message("", floor), raw, output_stream=sys.stderr)
+
+        return tf.cond(raw >= floor, tf.no_op, warn)
 
     def update_with_agreed_flag(self, finite: tf.Tensor) -> tf.Operation | None:
         finite = _as_finite_flag(finite)
         ops = kernels.fused_ops() if gating.classic_graph() else None
+        # Reads the variable before this step's update writes it (see _scale_read).
+        warning = self._restored_scale_warning()
         if ops is not None:
-            # One graph node instead of about forty (kernels/loss_scale_update.cc), same result.
-            new_at_floor = ops.npu_loss_scale_update(
-                finite,
-                *(v.handle for v in self.variables),  # the order the op takes them in
-                incr_every_n_steps=self._rule.incr_every_n_steps,
-                decr_every_n_nan_or_inf=self._rule.decr_every_n_nan_or_inf,
-                incr_ratio=self._rule.incr_ratio,
-                decr_ratio=self._rule.decr_ratio,
-                min_loss_scale=self._rule.min_loss_scale,
-                max_loss_scale=math.inf
-                if self._rule.max_loss_scale is None
-                else self._rule.max_loss_scale,
-            )
+            # One graph node instead of about forty (kernels/loss_scale_update.cc), same result,
+            # including the floor for a scale restored below it.
+            with tf.control_dependencies([] if warning is None else [warning]):
+                new_at_floor = ops.npu_loss_scale_update(
+                    finite,
+                    *(v.handle for v in self.variables),  # the order the op takes them in
+                    incr_every_n_steps=self._rule.incr_every_n_steps,
+                    decr_every_n_nan_or_inf=self._rule.decr_every_n_nan_or_inf,
+                    incr_ratio=self._rule.incr_ratio,
+                    decr_ratio=self._rule.decr_ratio,
+                    min_loss_scale=self._rule.min_loss_scale,
+                    max_loss_scale=math.inf
+                    if self._rule.max_loss_scale is None
+                    else self._rule.max_loss_scale,
+                )
             guard = self._stuck_guard(new_at_floor)
             return tf.group(new_at_floor.op, *([] if guard is None else [guard]))
         # Read every variable once; all assigns wait for all new values so no read sees a write.
         new_scale, new_good, new_bad, new_at_floor = next_rule_state(
             self._rule,
             finite,
-            self._loss_scale.read_value(),
+            self._scale_read(),
             self._good_steps.read_value(),
             self._bad_steps.read_value(),
             self._skips_at_floor.read_value(),
@@ -356,7 +419,7 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         new_skipped = self._count_skip(finite)
 
         new_values = [new_scale, new_good, new_bad, new_at_floor, new_skipped]
-        with tf.control_dependencies(new_values):
+        with tf.control_dependencies(new_values + ([] if warning is None else [warning])):
             updates = [
                 self._loss_scale.assign(new_scale),
                 self._good_steps.assign(new_good),

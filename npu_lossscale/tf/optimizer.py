@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from npu_lossscale.modes import OverflowMode
-from npu_lossscale.tf import distributed, gating, overflow
+from npu_lossscale.tf import distributed, foreign_manager, gating, overflow
 from npu_lossscale.tf.managers import LossScaleManager
 
 _GATE_OP = tf.compat.v1.train.Optimizer.GATE_OP
@@ -131,12 +131,16 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
                 "opt must be a tf.compat.v1.train.Optimizer (e.g. tf.compat.v1.train."
                 f"AdamOptimizer); got {opt!r}{hint}"
             )
-        if not isinstance(loss_scale_manager, LossScaleManager):
-            raise ValueError(
-                "loss_scale_manager must be an npu_lossscale FixedLossScaleManager or "
-                f"ExponentialUpdateLossScaleManager; got {loss_scale_manager!r}"
-                f"{_manager_hint(loss_scale_manager)}"
-            )
+        if not foreign_manager.is_complete(loss_scale_manager):
+            if not foreign_manager.follows_contrib_contract(loss_scale_manager):
+                raise ValueError(
+                    "loss_scale_manager must be an npu_lossscale FixedLossScaleManager or "
+                    "ExponentialUpdateLossScaleManager, or a manager with tf.contrib's "
+                    "get_loss_scale() and update_loss_scale(finite_grads); got "
+                    f"{loss_scale_manager!r}{_manager_hint(loss_scale_manager)}"
+                )
+            # Written to tf.contrib's contract only, as the vendor's optimizer accepts.
+            loss_scale_manager = foreign_manager.ContribContractManager(loss_scale_manager)
         # By default the manager's flag. The optimizer then reduces once and hands the manager
         # the agreed flag (update_with_agreed_flag), so the manager never reduces it again.
         if is_distributed is _MANAGERS_FLAG:

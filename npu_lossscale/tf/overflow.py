@@ -203,6 +203,13 @@ def _pass_status(
 _MAX_OPS_SEARCHED = 10_000
 
 
+def _ref(tensor: tf.Tensor) -> object:
+    """A hashable reference to an eager tensor: ``Tensor.ref()``, ``experimental_ref()`` on
+    TF 1.15."""
+    ref = getattr(tensor, "ref", None) or tensor.experimental_ref
+    return ref()
+
+
 class StashLookup(NamedTuple):
     """What is known about a list of gradients handed to apply_gradients."""
 
@@ -245,7 +252,7 @@ class StatusStash:
             pending = getattr(self._eager, "pending", None)
             if pending is not None:
                 status = tf.maximum(pending[1], status)
-            self._eager.pending = (frozenset(v.ref() for v in values), status)
+            self._eager.pending = (frozenset(_ref(v) for v in values), status)
             return
         with self._lock:
             table = self._tables.setdefault(status.graph, {})
@@ -284,7 +291,7 @@ class StatusStash:
         if pending is None:
             return StashLookup([], [], present)
         keys, status = pending
-        if all(gradient_values(g).ref() in keys for g in present):
+        if all(_ref(gradient_values(g)) in keys for g in present):
             return StashLookup([status], [], [])
         # Made from the pending passes (clipped, summed over micro-batches), as in a graph: their
         # statuses already hold every saturation, and only inf/NaN can arise afterwards. Checking

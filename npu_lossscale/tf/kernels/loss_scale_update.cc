@@ -86,7 +86,10 @@ class NpuLossScaleUpdateOp : public OpKernel {
                       "NpuLossScaleUpdate: variable ", i, " must be an initialized scalar of type ",
                       DataTypeString(types[i])));
     }
-    const float scale = vars[0]->tensor()->flat<float>()(0);
+    // A scale restored below the floor (0, 1e-40, NaN from a checkpoint) counts as the floor,
+    // as in the pure-TF update (managers.py, _scale_read).
+    const float stored = vars[0]->tensor()->flat<float>()(0);
+    const float scale = stored >= min_scale_ ? stored : min_scale_;
     const int32_t good = vars[1]->tensor()->flat<int32_t>()(0);
     const int32_t bad = vars[2]->tensor()->flat<int32_t>()(0);
     const TfInt64 skipped = vars[3]->tensor()->flat<TfInt64>()(0);

@@ -185,3 +185,42 @@ def test_mirrored_replicas_skip_together_with_either_variable_kind(tmp_path):
             assert record["w"][0] == record["w"][1] == expected_w.tolist(), (kind, i)
             assert record["step"] == applied, (kind, i)
             assert record["scale"] == scales[i], (kind, i)
+
+
+@pytest.mark.parametrize("fused", ["fused", "pure-tf"])
+@pytest.mark.parametrize("restored", [0.0, 1e-40, 1e-30, float("nan")])
+def test_a_scale_restored_below_the_floor_goes_back_to_the_floor(
+    restored, fused, tmp_path, monkeypatch, capfd
+):
+    """A checkpoint whose scale collapsed (0 after a NaN storm, a denormal, far below the floor)
+    must not poison the weights: the next clean step applies the true gradient, from the floor,
+    and says so on stderr."""
+    if fused == "pure-tf":
+        monkeypatch.setenv(kernels.DISABLE_ENV, "0")
+    prefix = str(tmp_path / "model")
+    graph, train, init, w, step, opt, k = build("reference", "dynamic", "inf_nan")
+    with graph.as_default():
+        (scale_var,) = [
+            v for v in tf.compat.v1.global_variables() if "current_loss_scale" in v.name
+        ]
+        collapse = scale_var.assign(restored)
+        saver = tf.compat.v1.train.Saver()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(init)
+        sess.run(train, {k: 1.0})  # one clean step: good steps 1
+        sess.run(collapse)
+        saved_w = sess.run(w)
+        saver.save(sess, prefix)
+    graph, train, init, w, step, opt, k = build("reference", "dynamic", "inf_nan")
+    with graph.as_default():
+        saver = tf.compat.v1.train.Saver()
+    capfd.readouterr()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        saver.restore(sess, prefix)
+        sess.run(train, {k: 1.0})
+        got_w, got_step, got_scale = sess.run([w, step, opt.loss_scale])
+    np.testing.assert_allclose(got_w, saved_w - np.float32(LR) * X, rtol=1e-6)
+    assert got_step == 2
+    # From the floor (1) with one good step behind it, a clean step grows it (DYNAMIC: every 2).
+    assert got_scale == 2.0
+    assert "below min_loss_scale (1)" in capfd.readouterr().err
