@@ -253,12 +253,3 @@ class DynamicRule:
             "max_skipped_steps_at_floor, or set it to None, to keep going."
         )
 
-
-def run(rule: DynamicRule, init_loss_scale: float, steps: list[bool]) -> list[RuleState]:
-    """States after each of ``steps`` from a fresh start: the reference trace front-ends match."""
-    state = RuleState(to_float32(init_loss_scale))
-    states = []
-    for finite in steps:
-        state = rule.step(state, finite)
-        states.append(state)
-    return states

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Literal
 
 import libcst as cst
@@ -110,7 +110,7 @@ class PreparedFile:
 
 
 def scan_source(source: bytes, *, path: str) -> global_step.GlobalStepFacts | None:
-    """The per-file half of `plan_project`; None for files that do not parse (never raises)."""
+    """A file's cross-file facts; None for files that do not parse (never raises)."""
     try:
         module = parse(source)
     except SourceError:
@@ -119,13 +119,8 @@ def scan_source(source: bytes, *, path: str) -> global_step.GlobalStepFacts | No
 
 
 def plan_from_facts(facts: Iterable[global_step.GlobalStepFacts | None]) -> ProjectPlan:
-    """The project-wide half of `plan_project`, from `scan_source` results in any order."""
+    """The project plan from every file's `scan_source` result, in any order."""
     return ProjectPlan(global_step=global_step.build_plan(f for f in facts if f is not None))
-
-
-def plan_project(sources: Mapping[str, bytes]) -> ProjectPlan:
-    """Gather cross-file facts; unparsable files are skipped here and reported by migrate_source."""
-    return plan_from_facts(scan_source(s, path=p) for p, s in sources.items())
 
 
 def prepare_source(

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+import rule_driver
 from update_rule_reference import reference_run
 
 from npu_lossscale import rule
@@ -71,7 +72,7 @@ def _core(init: float, hyper: dict, steps: list[bool]) -> list[tuple[float, int]
         min_loss_scale=hyper.get("min_loss_scale", 1.0),
         max_loss_scale=hyper.get("max_loss_scale"),
     )
-    return [(s.scale, s.skipped) for s in rule.run(settings, init, steps)]
+    return [(s.scale, s.skipped) for s in rule_driver.run(settings, init, steps)]
 
 
 def _tf_manager(init: float, hyper: dict, steps: list[bool]) -> list[tuple[float, int]]:
@@ -188,7 +189,7 @@ def test_front_end_follows_the_reference_trace(front_end: str, trace: str) -> No
 
 def test_core_rule_counts_skips_at_the_floor_and_resets_on_a_clean_step() -> None:
     _, settings = rule.DynamicRule.validated(2, 1, 1, 2, 0.5, max_skipped_steps_at_floor=3)
-    states = rule.run(settings, 2, [False, False, False, True, False, False, False])
+    states = rule_driver.run(settings, 2, [False, False, False, True, False, False, False])
     assert [s.skips_at_floor for s in states] == [0, 1, 2, 0, 0, 1, 2]
     assert not settings.is_stuck(states[-2])
     assert settings.is_stuck(rule.RuleState(1.0, skips_at_floor=3))

@@ -10,7 +10,8 @@ from migrator.pipeline.transform import (
     MigrateOptions,
     might_need_migration,
     migrate_source,
-    plan_project,
+    plan_from_facts,
+    scan_source,
 )
 
 FIXTURES = MIGRATOR_FIXTURES
@@ -47,12 +48,11 @@ def test_options_reject_unknown_distributed_mode() -> None:
 def test_plan_skips_unparsable_files_and_is_picklable() -> None:
     import pickle
 
-    plan = plan_project(
-        {
-            "a.py": (FIXTURES / "cases" / "bert_snippet.py").read_bytes(),
-            "broken.py": b"def (:\n",
-        }
-    )
+    sources = {
+        "a.py": (FIXTURES / "cases" / "bert_snippet.py").read_bytes(),
+        "broken.py": b"def (:\n",
+    }
+    plan = plan_from_facts(scan_source(s, path=p) for p, s in sources.items())
     assert pickle.loads(pickle.dumps(plan)) == plan
 
 

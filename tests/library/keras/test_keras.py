@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from cli_runner import REPO_ROOT
+from rule_driver import run
 
 from npu_lossscale.keras import LossScaleOptimizer
-from npu_lossscale.rule import DynamicRule, run
+from npu_lossscale.rule import DynamicRule
 from npu_lossscale.tf.managers import ExponentialUpdateLossScaleManager, FixedLossScaleManager
 
 X = np.random.default_rng(0).random((16, 4), dtype=np.float32)

@@ -19,10 +19,11 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from rule_driver import run
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
-from npu_lossscale.rule import DynamicRule, run
+from npu_lossscale.rule import DynamicRule
 from npu_lossscale.torch import (
     ExponentialUpdateLossScaleManager,
     FixedLossScaleManager,
