@@ -10,20 +10,16 @@ and `is_distributed=` depends on Horovod imports that may come later in the file
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import libcst as cst
-from libcst.metadata import (
-    Assignment,
-    QualifiedNameSource,
-    Scope,
-    ScopeProvider,
-)
+from libcst.metadata import Assignment, Scope
 
-from migrator.codemods.keras.port import KerasPort
+from migrator.codemods.keras.port import KerasPort, Tf1Facts
 from migrator.codemods.shared import api
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.api import Kind
+from migrator.codemods.shared.context import METADATA, FileContext
 from migrator.codemods.shared.distributed import (
     DistributedFacts,
     horovod_parameter,
@@ -31,16 +27,12 @@ from migrator.codemods.shared.distributed import (
     size_test_direction,
 )
 from migrator.codemods.shared.imports import ImportPlan, imported_names, plan_imports
-from migrator.codemods.shared.lines import LineProvider, start_line
-from migrator.codemods.shared.parents import ParentProvider
-from migrator.codemods.shared.qualified import qualified_names
+from migrator.codemods.shared.nodes import code, dotted, is_dotted_name, walk
+from migrator.codemods.shared.plan import Builder, CallEdit, Edits, Site
 from migrator.codemods.tf1.control_deps import control_deps_decision
+from migrator.codemods.tf1.sites import LossScaleObject, WrappedOptimizer
 from migrator.findings import Finding
 from migrator.selection.reexports import module_name
-
-# Builds the new argument list from the *transformed* call's arguments and the local names the
-# npu_lossscale classes are imported under.
-Builder = Callable[[Sequence[cst.Arg], Mapping[str, str]], list[cst.Arg]]
 
 _TF_CTOR_PARAMS = {
     Kind.TF_DYNAMIC: ("initial_loss_scale", "increment_period", "multiplier"),
@@ -66,88 +58,19 @@ _ALIASES = {
 }
 
 
-@dataclasses.dataclass
-class CallEdit:
-    """Replace a call's callee by an npu_lossscale class; `build` rewrites its arguments."""
-
-    target: str
-    build: Builder | None = None
-
-
-@dataclasses.dataclass
-class Edits:
-    """Everything the rewriter changes, keyed by nodes of the original (metadata-carrying) tree."""
-
-    calls: dict[cst.Call, CallEdit] = dataclasses.field(default_factory=dict)
-    refs: dict[cst.CSTNode, str] = dataclasses.field(default_factory=dict)
-    # original With -> the simple statement inside it that moves to just before it
-    hoists: dict[cst.With, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)
-    # original import small-statement -> indexes of its aliases to delete
-    removals: dict[cst.CSTNode, set[int]] = dataclasses.field(default_factory=dict)
-    # a removed module-level import whose names other files import from this one -> the
-    # (npu_lossscale class, name) pairs that keep those names bound
-    rebinds: dict[cst.CSTNode, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return bool(self.calls or self.refs or self.hoists)
-
-
-@dataclasses.dataclass
-class Site:
-    """One rewritten place: where it is, which class it needs, and which import makes it work."""
-
-    node: cst.CSTNode
-    targets: tuple[str, ...]
-    provider: Assignment | None
-
-
-@dataclasses.dataclass
-class _Ctor:
-    call: cst.Call
-    kind: Kind
-    line: int
-    problem: str | None
-    build: Builder | None
-    bound: dict[str, int] = dataclasses.field(default_factory=dict)
-    variable: Assignment | None = None
-    consumers: list[_Optimizer] = dataclasses.field(default_factory=list)
-    ported: bool = False
-    keras: bool = False  # an inline loss scale the Keras port maps into its optimizer's keywords
-
-
-@dataclasses.dataclass
-class _Optimizer:
-    call: cst.Call
-    kind: Kind
-    line: int
-    problem: str | None
-    bound: dict[str, int]
-    manager: str = ""  # "dynamic" | "fixed" | "ctor" | "default"
-    ctor: _Ctor | None = None
-    keras: bool = False  # left because it wraps a Keras optimizer
-    unknown: cst.BaseExpression | None = None  # the inner optimizer, where its kind is unseen
-
-
 class LossScaleAnalyzer(cst.CSTVisitor):
     """Walks the original tree once; `finish()` turns what it saw into edits and findings."""
 
-    METADATA_DEPENDENCIES = (
-        ScopeProvider,
-        ParentProvider,
-        LineProvider,
-    )
+    METADATA_DEPENDENCIES = METADATA
 
     def __init__(
         self, path: str, distributed: str, reexports: frozenset[tuple[str, str]] = frozenset()
     ) -> None:
         super().__init__()
-        self.path = path
+        self.file = FileContext(path)
         # names other files of the run import from this module (migrator.selection.reexports)
         self._reexported = {name for module, name in reexports if module == module_name(path)}
         self.distributed = distributed
-        self.edits = Edits()
-        self.findings: list[Finding] = []
-        self.sites: list[Site] = []
         self.facts = DistributedFacts()
         self.vendor_ported = False
         self.npu_imports: list[cst.ImportFrom] = []
@@ -156,10 +79,17 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self._contrib_imports: list[tuple[cst.CSTNode, int, str]] = []
         self._keras_imports: list[tuple[cst.CSTNode, int, str]] = []
         self._dunder_all: set[str] = set()
-        self.keras = KerasPort(self)
-        self._consumed: set[int] = set()
-        self._ctors: dict[cst.Call, _Ctor] = {}
-        self._optimizers: list[_Optimizer] = []
+        self.keras = KerasPort(
+            self.file,
+            Tf1Facts(
+                optimizer_flavour=self.optimizer_flavour,
+                loss_scale_object=self.ctor_for,
+                is_distributed=self.is_distributed,
+                legacy_keras=lambda: self.legacy_keras,
+            ),
+        )
+        self._ctors: dict[cst.Call, LossScaleObject] = {}
+        self._optimizers: list[WrappedOptimizer] = []
         self._contrib_optimizers: list[tuple[cst.Call, int]] = []
         self._dynamic_calls: list[cst.Call] = []
         self._ported_dynamic: list[cst.Call] = []
@@ -185,72 +115,36 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self.names: dict[str, str] = {}
         self.imports = ImportPlan()
 
-    # ----------------------------------------------------------------- metadata helpers
-    def line(self, node: cst.CSTNode) -> int:
-        # Not PositionProvider: it costs a position for every node, we need a dozen (lines.py).
-        return start_line(self, node)
-
-    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.get_metadata(ParentProvider, node, None)
-
-    def scope(self, node: cst.CSTNode) -> Scope | None:
-        return self.get_metadata(ScopeProvider, node, None)
-
-    def canonical(self, node: cst.CSTNode) -> str | None:
-        """The one imported qualified name of an expression, or None (local, ambiguous, unknown)."""
-        names = qualified_names(self, node)
-        if len(names) != 1:
-            return None
-        (qn,) = names
-        if qn.source is not QualifiedNameSource.IMPORT:
-            return None
-        return api.canonical(qn.name)
-
-    def _ambiguous(self, node: cst.CSTNode) -> bool:
-        names = qualified_names(self, node)
-        return len(names) > 1 and any(
-            q.source is QualifiedNameSource.IMPORT and api.classify(api.canonical(q.name))
-            for q in names
-        )
-
-    def warn(self, node: cst.CSTNode, rule: str, message: str) -> None:
-        self.findings.append(Finding(self.path, self.line(node), rule, message, "warning"))
-
-    @staticmethod
-    def code(node: cst.CSTNode) -> str:
-        return _code(node)
-
-    def port_call(self, call: cst.Call, target: str, build: Builder) -> None:
-        """Plan `call` to become a call of the npu_lossscale `target` built by `build`."""
-        self.edits.calls[call] = CallEdit(target, build)
-        self._consume(call.func)
-        self.sites.append(Site(call, (target,), self._provider(call.func)))
-
-    def _change(self, node: cst.CSTNode, rule: str, message: str) -> None:
-        self.findings.append(Finding(self.path, self.line(node), rule, message, "change"))
-
     # ----------------------------------------------------------------- module
     def visit_Module(self, node: cst.Module) -> None:
-        self._global = self.scope(node)
+        self.file.bind(self.metadata)
+        self._global = self.file.scope(node)
         self._imported_roots = _imported_roots(node)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         # Metadata is only available during the visit, so every decision is taken here.
         self.finish()
-        if not self.edits:
+        if not self.file.edits:
             return
         names = self._local_names()
         if names is None:
-            self._give_up(
+            self.file.give_up(
                 "name-conflict",
                 "the file binds both npu_lossscale class names and their fallback aliases; "
                 "nothing was changed, port it by hand",
             )
             return
         self.names = names
-        top_level = [i for i in self.npu_imports if self.parent(self.parent(i)) is original_node]
+        top_level = [
+            i for i in self.npu_imports if self.file.parent(self.file.parent(i)) is original_node
+        ]
         self.imports = plan_imports(
-            original_node, self.sites, names, top_level, self.parent, self._npu_modules.values()
+            original_node,
+            self.file.sites,
+            names,
+            top_level,
+            self.file.parent,
+            self._npu_modules.values(),
         )
         self._report_imports(original_node)
 
@@ -264,19 +158,23 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             for line in lines:
                 code = module.code_for_node(line).strip()
                 message = f"adds `{code}` {where} the statement on this line"
-                self._change(anchor, "npu-import", message)
+                self.file.change(anchor, "npu-import", message)
         for existing, pairs in self.imports.merge.items():
             added = imported_names(pairs)
-            library = _dotted(existing.module) if existing.module else api.LIBRARY
-            self._change(existing, "npu-import", f"adds {added} to this {library} import")
+            library = dotted(existing.module) if existing.module else api.LIBRARY
+            self.file.change(existing, "npu-import", f"adds {added} to this {library} import")
 
     def _local_names(self) -> dict[str, str] | None:
         """The name each needed class is used under: its own, else its fallback alias; the Keras
         class through `npu_lossscale.keras` where the file imports the package as a module, or
         where both names are taken."""
-        scopes = {id(s): s for s in [self._global, *(self.scope(x.node) for x in self.sites)] if s}
+        scopes = {
+            id(s): s
+            for s in [self._global, *(self.file.scope(x.node) for x in self.file.sites)]
+            if s
+        }
         names: dict[str, str] = {}
-        for needed in sorted({t for s in self.sites for t in s.targets}):
+        for needed in sorted({t for s in self.file.sites for t in s.targets}):
             module = api.target_module(needed)
             dotted = self._module_reference(needed, scopes.values())
             if dotted is not None and self._npu_modules:
@@ -316,30 +214,21 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             if (id(node), name) in self._removed_bindings:
                 continue
             if isinstance(node, cst.ImportFrom) and node.module is not None:
-                if _dotted(node.module) == module:
+                if dotted(node.module) == module:
                     continue
             elif isinstance(node, cst.Import) and all(
-                _dotted(a.name).split(".")[0] == api.LIBRARY for a in node.names
+                dotted(a.name).split(".")[0] == api.LIBRARY for a in node.names
             ):
                 continue
             return True
         return False
 
-    def _give_up(self, rule: str, message: str, at: cst.CSTNode | None = None) -> None:
-        first = min((f.line for f in self.findings if f.kind == "change"), default=1)
-        if at is not None:
-            first = self.line(at)
-        self.findings = [f for f in self.findings if f.kind != "change"]
-        self.findings.append(Finding(self.path, first, rule, message, "warning"))
-        self.edits = Edits()
-        self.sites = []
-
     # ----------------------------------------------------------------- imports
     def visit_Import(self, node: cst.Import) -> bool:
-        top_level = isinstance(self.parent(self.parent(node)), cst.Module)
+        top_level = isinstance(self.file.parent(self.file.parent(node)), cst.Module)
         for index, alias in enumerate(node.names):
-            name = api.canonical(_dotted(alias.name))
-            bound = alias.asname.name.value if alias.asname else _dotted(alias.name)
+            name = api.canonical(dotted(alias.name))
+            bound = alias.asname.name.value if alias.asname else dotted(alias.name)
             if top_level and name in (api.LIBRARY, api.KERAS_MODULE):
                 self._npu_modules[name] = bound
             self._note_import(node, index, name, bound)
@@ -348,7 +237,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         if node.relative or node.module is None:
             return False
-        module = api.canonical(_dotted(node.module))
+        module = api.canonical(dotted(node.module))
         if api.is_vendor_module(module):
             self.vendor_ported = True
         if module in (api.LIBRARY, api.KERAS_MODULE) and not isinstance(node.names, cst.ImportStar):
@@ -358,7 +247,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 # Its names stay bound (to contrib): an added import must not take them over.
                 if api.is_contrib_module(module):
                     self._star_bound.update((api.FIXED, api.DYNAMIC))
-                self.warn(
+                self.file.warn(
                     node,
                     "star-import",
                     f"`from {module} import *`: names it provides cannot be resolved; "
@@ -368,8 +257,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 self.facts.horovod_imported = True
             return False
         for index, alias in enumerate(node.names):
-            name = f"{module}.{_dotted(alias.name)}"
-            bound = alias.asname.name.value if alias.asname else _dotted(alias.name)
+            name = f"{module}.{dotted(alias.name)}"
+            bound = alias.asname.name.value if alias.asname else dotted(alias.name)
             self._note_import(node, index, name, bound)
         return False
 
@@ -404,7 +293,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             values = (args_.string_value(e.value) for e in node.value.elements)
             self._dunder_all.update(v for v in values if v is not None)
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            direction = size_test_direction(node.value, self.canonical)
+            direction = size_test_direction(node.value, self.file.canonical)
             if direction:
                 target = node.targets[0].target
                 self.facts.size_tests[target.value] = (target, direction > 0)
@@ -414,7 +303,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             self.legacy_keras = True
 
     def visit_Call(self, node: cst.Call) -> None:
-        func = self.canonical(node.func)
+        func = self.file.canonical(node.func)
         if func is None and _is_keras_training_call(node):
             self._uses_keras = True
         if func is not None and api.is_policy_setter(func):
@@ -454,12 +343,12 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         loss_scale = None
         for _ in range(2):  # `p = Policy(name)` then `set_policy(p)`: a name, then a Policy
             if isinstance(value, cst.Name):
-                assigned = [self._assigned_value(a) for a in self._assignments(value)]
+                assigned = [self.file.assigned_value(a) for a in self.file.assignments(value)]
                 if len(assigned) != 1 or assigned[0] is None:
                     return False, None
                 value = assigned[0]
             if isinstance(value, cst.Call):
-                name = self.canonical(value.func)
+                name = self.file.canonical(value.func)
                 if name is None or not api.is_policy_class(name) or not value.args:
                     return False, None
                 bound = args_.bind(value, ("name", "loss_scale"))
@@ -486,11 +375,11 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             keep = ""
             if loss_scale is not None:
                 keep = (
-                    f" (its `loss_scale={_code(loss_scale)}` maps onto that class's keywords as "
+                    f" (its `loss_scale={code(loss_scale)}` maps onto that class's keywords as "
                     "for the experimental LossScaleOptimizer: a number N is "
                     "`initial_scale=N, dynamic=False`)"
                 )
-            self.warn(
+            self.file.warn(
                 call,
                 "keras-implicit-loss-scale",
                 f"{policy} Keras wrap the optimizer of model.compile() in "
@@ -504,12 +393,12 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if not call.args:
             return
         target = call.args[0].value
-        name = self.canonical(target)
+        name = self.file.canonical(target)
         if name is None:
             return
         if name.startswith("tensorflow.contrib") or api.classify(name) is Kind.CONTRIB_MODULE:
             self._skip.add(id(target))
-            self.warn(
+            self.file.warn(
                 call,
                 "unresolved-access",
                 "getattr() on tf.contrib: the attribute is chosen at run time, so the tool "
@@ -520,17 +409,17 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         """Handle a (maximal) dotted reference; returns whether to look inside it."""
         if id(node) in self._skip:
             return False
-        if not _is_dotted_name(node):
+        if not is_dotted_name(node):
             # `Optimizer(...).minimize`, `managers[0].get_loss_scale`: an attribute of a value.
             # libcst names it after the expression it hangs off, but only that expression (a
             # call, visited next) can be ported; the attribute stays as it is. A loss-scale
             # class reached that way (`contrib.mixed_precision().LossScaleOptimizer`, a lazy
             # loader) is warned: the tool cannot port what it cannot resolve.
             if isinstance(node, cst.Attribute) and node.attr.value in _LOSS_SCALE_CLASS_NAMES:
-                self.warn(
+                self.file.warn(
                     node,
                     "unresolved-access",
-                    f"`{_code(node)}` reaches a loss-scale class through a call or a value the "
+                    f"`{code(node)}` reaches a loss-scale class through a call or a value the "
                     "tool cannot follow (a lazy loader?); port it by hand",
                 )
             return True
@@ -539,15 +428,15 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             # Skipping the scope query keeps a long module linear: libcst walks every
             # assignment of a name on each query, quadratic where one name is assigned often.
             return True
-        if self._ambiguous(node):
-            self.warn(
+        if self.file.ambiguous(node):
+            self.file.warn(
                 node,
                 "unresolved-access",
-                f"`{_code(node)}` is bound to more than one thing in this scope "
+                f"`{code(node)}` is bound to more than one thing in this scope "
                 "(e.g. a try/except import); port it by hand",
             )
             return False
-        name = self.canonical(node)
+        name = self.file.canonical(node)
         if name is not None and api.mentions_keras(name):
             self._uses_keras = True
         if name is not None and api.is_tf1_signal(name):
@@ -557,7 +446,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         kind = api.classify(name) if name is not None else None
         if kind is None:
             return True
-        parent = self.parent(node)
+        parent = self.file.parent(node)
         call = parent if isinstance(parent, cst.Call) and parent.func is node else None
         handler = {
             Kind.CONTRIB_FIXED: self._contrib_manager,
@@ -584,28 +473,6 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             root = root.value
         return isinstance(root, cst.Name) and root.value in self._imported_roots
 
-    def _provider(self, node: cst.CSTNode) -> Assignment | None:
-        """The import that binds the root name of a dotted expression (for import placement)."""
-        root = node
-        while isinstance(root, cst.Attribute):
-            root = root.value
-        scope = self.scope(root)
-        if scope is None or not isinstance(root, cst.Name):
-            return None
-        for access in scope.accesses:
-            if access.node is root:
-                referents = list(access.referents)
-                return referents[0] if len(referents) == 1 else None
-        return None
-
-    def _consume(self, node: cst.CSTNode) -> None:
-        for child in _walk(node):
-            self._consumed.add(id(child))
-
-    def _site(self, node: cst.CSTNode, expr: cst.CSTNode, *targets: str) -> None:
-        self._consume(expr)
-        self.sites.append(Site(node, targets, self._provider(expr)))
-
     # ----------------------------------------------------------------- rule handlers
     def _contrib_manager(
         self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, _: str
@@ -614,14 +481,14 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if call is None and self._incompatible_subclass(node):
             return
         if call is None:
-            self.edits.refs[node] = target
-            self._site(node, node, target)
-            self._change(node, "contrib-manager", f"`{_code(node)}` -> {target}")
+            self.file.edits.refs[node] = target
+            self.file.site(node, node, target)
+            self.file.change(node, "contrib-manager", f"`{code(node)}` -> {target}")
             return
-        self.edits.calls[call] = CallEdit(target)
-        self._site(call, node, target)
-        self._change(
-            call, "contrib-manager", f"`{_code(node)}(...)` -> {target}(...), arguments unchanged"
+        self.file.edits.calls[call] = CallEdit(target)
+        self.file.site(call, node, target)
+        self.file.change(
+            call, "contrib-manager", f"`{code(node)}(...)` -> {target}(...), arguments unchanged"
         )
         if kind is Kind.CONTRIB_DYNAMIC:
             self._dynamic_calls.append(call)
@@ -630,12 +497,12 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if call is None and self._incompatible_subclass(node):
             return
         if call is None:
-            self.edits.refs[node] = api.OPTIMIZER
-            self._site(node, node, api.OPTIMIZER)
-            self._change(node, "contrib-optimizer", f"`{_code(node)}` -> {api.OPTIMIZER}")
+            self.file.edits.refs[node] = api.OPTIMIZER
+            self.file.site(node, node, api.OPTIMIZER)
+            self.file.change(node, "contrib-optimizer", f"`{code(node)}` -> {api.OPTIMIZER}")
             return
-        self._site(call, node, api.OPTIMIZER)
-        self._contrib_optimizers.append((call, self.line(call)))
+        self.file.site(call, node, api.OPTIMIZER)
+        self._contrib_optimizers.append((call, self.file.line(call)))
 
     def _incompatible_subclass(self, base: cst.CSTNode) -> bool:
         """Whether ``base`` is the base of a class that cannot simply be rebased on npu_lossscale.
@@ -646,27 +513,27 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         (`self._opt`, `self._loss_scale`...) would fail at graph build, or bypass the overflow
         check, once rebased. Such a class is left as it is, with a warning naming the reason.
         """
-        arg = self.parent(base)
-        cls = self.parent(arg) if isinstance(arg, cst.Arg) else None
+        arg = self.file.parent(base)
+        cls = self.file.parent(arg) if isinstance(arg, cst.Arg) else None
         if not isinstance(cls, cst.ClassDef) or arg not in cls.bases:
             return False
         reason = _subclass_problem(cls)
         if reason is None:
             return False
-        self.warn(
+        self.file.warn(
             cls,
             "subclass-override",
-            f"class {cls.name.value} subclasses `{_code(base)}` and {reason}; the npu_lossscale "
+            f"class {cls.name.value} subclasses `{code(base)}` and {reason}; the npu_lossscale "
             "class works differently inside, so the subclass was left unchanged: port it by hand",
         )
         return True
 
     def _tf_ctor(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, name: str) -> None:
         if call is None:
-            self.warn(
+            self.file.warn(
                 node,
                 "unported-api",
-                f"`{_code(node)}` is used as a value, not constructed; the NPU managers are a "
+                f"`{code(node)}` is used as a value, not constructed; the NPU managers are a "
                 "different type, port this use by hand",
             )
             return
@@ -685,11 +552,15 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             else:
                 build = _tf_fixed_builder(bound)
         fields = {} if isinstance(bound, str) else bound
-        self._ctors[call] = _Ctor(call, kind, self.line(call), problem, build, fields)
+        self._ctors[call] = LossScaleObject(
+            call, kind, self.file.line(call), problem, build, fields
+        )
 
     def _tf_optimizer(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, _: str) -> None:
         if call is None:
-            self.warn(node, "unported-api", f"`{_code(node)}` is used as a value; port it by hand")
+            self.file.warn(
+                node, "unported-api", f"`{code(node)}` is used as a value; port it by hand"
+            )
             return
         bound = args_.bind(call, _TF_OPT_PARAMS)
         problem = bound if isinstance(bound, str) else None
@@ -723,7 +594,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     def _result_unused(self, call: cst.Call) -> bool:
         """A bare call, or one assigned to a name nothing reads (BERT's eval-branch
         `dummy_op = enable_mixed_precision_graph_rewrite(...)`, kept only for its effect)."""
-        parent = self.parent(call)
+        parent = self.file.parent(call)
         if isinstance(parent, cst.Expr):
             return True
         if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1):
@@ -731,7 +602,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         target = parent.targets[0].target
         if not isinstance(target, cst.Name):
             return False
-        mine = [a for a in self._assignments(target) if a.node is target]
+        mine = [a for a in self.file.assignments(target) if a.node is target]
         return len(mine) == 1 and not mine[0].references
 
     def _add_optimizer(
@@ -746,18 +617,18 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         unknown: cst.BaseExpression | None = None,
     ) -> None:
         self._optimizers.append(
-            _Optimizer(
+            WrappedOptimizer(
                 call,
                 kind,
-                self.line(call),
+                self.file.line(call),
                 problem,
                 bound if problem is None and not isinstance(bound, str) else {},
                 keras=keras is not None and problem == keras,
                 unknown=unknown,
             )
         )
-        self._consume(node)
-        self.sites.append(Site(call, (), self._provider(node)))
+        self.file.consume(node)
+        self.file.sites.append(Site(call, (), self.file.provider(node)))
 
     def _decide_unseen_rewrites(self) -> None:
         """TF 2's enable_mixed_precision_graph_rewrite takes only Keras optimizers, TF 1's both
@@ -781,7 +652,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         has been read."""
         if flavour in ("keras", "keras2"):
             return (
-                f"`{_code(inner)}` is a Keras optimizer, which the tf.compat.v1 "
+                f"`{code(inner)}` is a Keras optimizer, which the tf.compat.v1 "
                 f"{api.OPTIMIZER} rejects (ValueError at start-up); port it by hand to "
                 "npu_lossscale.keras.LossScaleOptimizer"
             )
@@ -796,7 +667,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if not (self._uses_keras or graph_rewrite):
             return
         message = (
-            f"cannot tell whether `{_code(inner)}` is a tf.compat.v1 or a Keras optimizer; "
+            f"cannot tell whether `{code(inner)}` is a tf.compat.v1 or a Keras optimizer; "
             f"it was wrapped in the tf.compat.v1 {api.OPTIMIZER}, which raises ValueError at "
             "start-up if it is a Keras one"
         )
@@ -805,7 +676,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 " (TF 2's enable_mixed_precision_graph_rewrite takes only Keras optimizers: for "
                 "one, use npu_lossscale.keras.LossScaleOptimizer instead)"
             )
-        self.warn(inner, "optimizer-kind-unknown", message)
+        self.file.warn(inner, "optimizer-kind-unknown", message)
 
     def _flavour(self, expr: cst.BaseExpression, seen: set[int]) -> str | None:
         """'keras', 'keras2' (tf_keras, optimizers.legacy, TensorFlow Addons), 'v1' or None
@@ -817,7 +688,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             return "cycle"  # a chain this long is wrappers of wrappers: it says nothing
         seen.add(id(expr))
         if isinstance(expr, cst.Call):
-            name = self.canonical(expr.func)
+            name = self.file.canonical(expr.func)
             if name is not None:
                 flavour = _name_flavour(name)  # horovod.tensorflow.keras is Keras
                 # A Keras loss-scale wrapper is of what it wraps (`opt = LSO(opt)`: a cycle).
@@ -833,7 +704,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 return _name_flavour(aliased)
             return self._class_flavour(expr.func) or self._function_flavour(expr.func, seen)
         if isinstance(expr, cst.Name):
-            return _agreed({self._assigned_flavour(a, seen) for a in self._assignments(expr)})
+            return _agreed({self._assigned_flavour(a, seen) for a in self.file.assignments(expr)})
         if isinstance(expr, cst.Attribute):
             return self._attribute_flavour(expr, seen)
         return None
@@ -842,9 +713,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         """`self.optimizer`: what the enclosing class assigns to that attribute of `self`."""
         if not (isinstance(expr.value, cst.Name) and expr.value.value == "self"):
             return None
-        cls = self.parent(expr)
+        cls = self.file.parent(expr)
         while cls is not None and not isinstance(cls, cst.ClassDef):
-            cls = self.parent(cls)
+            cls = self.file.parent(cls)
         if cls is None:
             return None
         values = []
@@ -875,42 +746,28 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             root = root.value
         if not rest or not isinstance(root, cst.Name):
             return None
-        assignments = self._assignments(root)
+        assignments = self.file.assignments(root)
         if len(assignments) != 1:
             return None
-        holder = self.parent(assignments[0].node)
-        statement = self.parent(holder) if holder is not None else None
+        holder = self.file.parent(assignments[0].node)
+        statement = self.file.parent(holder) if holder is not None else None
         if not (isinstance(holder, cst.AssignTarget) and isinstance(statement, cst.Assign)):
             return None
         if not isinstance(statement.value, cst.Attribute):
             return None
-        module = self.canonical(statement.value)
+        module = self.file.canonical(statement.value)
         return ".".join([module, *rest]) if module is not None else None
 
-    def _assignments(self, name: cst.Name) -> list[Assignment]:
-        scope = self.scope(name)
-        if scope is None or name.value not in scope:
-            return []
-        return [a for a in scope[name.value] if isinstance(a, Assignment)]
-
     def _assigned_flavour(self, assignment: Assignment, seen: set[int]) -> str | None:
-        value = self._assigned_value(assignment)
+        value = self.file.assigned_value(assignment)
         return self._flavour(value, seen) if value is not None else None
-
-    def _assigned_value(self, assignment: Assignment) -> cst.BaseExpression | None:
-        """The value of `name = value` for a plain assignment of the name, else None."""
-        holder = self.parent(assignment.node)
-        statement = self.parent(holder) if holder is not None else None
-        if isinstance(holder, cst.AssignTarget) and isinstance(statement, cst.Assign):
-            return statement.value
-        return None
 
     def _function_flavour(self, func: cst.BaseExpression, seen: set[int]) -> str | None:
         """A function defined in this file (`make_optimizer()`): the flavour its returns agree
         on, Keras 2 winning as for a name assigned twice."""
         if not isinstance(func, cst.Name):
             return None
-        defs = [a.node for a in self._assignments(func) if isinstance(a.node, cst.FunctionDef)]
+        defs = [a.node for a in self.file.assignments(func) if isinstance(a.node, cst.FunctionDef)]
         if len(defs) != 1:
             return None
         values = [r.value for r in _returns(defs[0].body) if r.value is not None]
@@ -920,11 +777,11 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         """A class defined in this file: Keras or v1 by its bases (BERT's AdamWeightDecay)."""
         if not isinstance(func, cst.Name):
             return None
-        classes = [a.node for a in self._assignments(func) if isinstance(a.node, cst.ClassDef)]
+        classes = [a.node for a in self.file.assignments(func) if isinstance(a.node, cst.ClassDef)]
         if len(classes) != 1:
             return None
         for base in classes[0].bases:
-            name = self.canonical(base.value)
+            name = self.file.canonical(base.value)
             flavour = _name_flavour(name) if name is not None else None
             if flavour is None and isinstance(base.value, cst.Name):
                 flavour = self._class_flavour(base.value)
@@ -933,18 +790,18 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         return None
 
     def _unported(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, name: str) -> None:
-        self.warn(
+        self.file.warn(
             node,
             "unported-api",
-            f"`{_code(node)}` ({name}) has no npu_lossscale counterpart the tool can substitute; "
+            f"`{code(node)}` ({name}) has no npu_lossscale counterpart the tool can substitute; "
             "port it by hand",
         )
 
     def _module_access(self, node: cst.CSTNode, *_: object) -> None:
-        self.warn(
+        self.file.warn(
             node,
             "unresolved-access",
-            f"`{_code(node)}` is used as a module object (passed, returned or stored); the tool "
+            f"`{code(node)}` is used as a module object (passed, returned or stored); the tool "
             "cannot follow it to the class used, port it by hand",
         )
 
@@ -961,7 +818,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             flavour = self.optimizer_flavour(inner) if inner else None
             keras = self._keras_problem(inner, flavour) if inner else None
             if keras is not None:
-                self._give_up("unported-api", f"nothing was changed: {keras}", call)
+                self.file.give_up("unported-api", f"nothing was changed: {keras}", call)
                 return
             if inner is not None and flavour is None:
                 self._unknown_kind(inner, Kind.CONTRIB_OPTIMIZER)
@@ -970,17 +827,17 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         self._resolve_tf_sites()
         for call, line in self._contrib_optimizers:
             value, why = self.is_distributed(call)
-            self.edits.calls[call] = CallEdit(api.OPTIMIZER, _append_distributed(value))
+            self.file.edits.calls[call] = CallEdit(api.OPTIMIZER, _append_distributed(value))
             if value is not None:
-                extra = f", is_distributed={_code(value)} because {why}"
+                extra = f", is_distributed={code(value)} because {why}"
             else:
                 extra = f", no is_distributed because {why}" if why else ""
-            self.findings.append(
+            self.file.findings.append(
                 Finding(
-                    self.path,
+                    self.file.path,
                     line,
                     "contrib-optimizer",
-                    f"`{_code(call.func)}(...)` -> {api.OPTIMIZER}(...){extra}",
+                    f"`{code(call.func)}(...)` -> {api.OPTIMIZER}(...){extra}",
                 )
             )
         for call in self._dynamic_calls:
@@ -1007,7 +864,9 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if self.distributed == "always":
             return cst.Name("True"), "of --distributed always"
         # A function handed Horovod as a parameter decides for itself, whatever the file imports.
-        handed = horovod_parameter(self.scope(call), self.parent, self.facts.horovod_aliases)
+        handed = horovod_parameter(
+            self.file.scope(call), self.file.parent, self.facts.horovod_aliases
+        )
         if handed is not None:
             return handed
         if not self.facts.trains_distributed:
@@ -1018,10 +877,14 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 "optimizer's default (None) sums the overflow flag by itself"
             )
         value, why = is_distributed_value(
-            call, self.facts, parent=self.parent, canonical=self.canonical, scope=self.scope(call)
+            call,
+            self.facts,
+            parent=self.file.parent,
+            canonical=self.file.canonical,
+            scope=self.file.scope(call),
         )
         if self.facts.horovod_imported and not self.facts.initialised and _is_true(value):
-            self.warn(
+            self.file.warn(
                 call,
                 "distributed-unverified",
                 "is_distributed=True: the file uses Horovod but never calls hvd.init(); the "
@@ -1043,12 +906,12 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                     f"its loss-scale object is not ported (see the warning at line {opt.ctor.line})"
                 )
             self._emit_optimizer(opt)
-        self.sites = [s for s in self.sites if s.targets or self._site_ported(s)]
+        self.file.sites = [s for s in self.file.sites if s.targets or self._site_ported(s)]
 
     def _site_ported(self, site: Site) -> bool:
-        return isinstance(site.node, cst.Call) and site.node in self.edits.calls
+        return isinstance(site.node, cst.Call) and site.node in self.file.edits.calls
 
-    def _link_manager(self, opt: _Optimizer) -> None:
+    def _link_manager(self, opt: WrappedOptimizer) -> None:
         index = opt.bound.get("loss_scale")
         if index is None:
             if opt.kind is Kind.GRAPH_REWRITE:
@@ -1070,7 +933,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         ctor = self.ctor_for(value)
         if ctor is None:
             opt.problem = (
-                f"its loss scale `{_code(value)}` is not a literal or a DynamicLossScale/"
+                f"its loss scale `{code(value)}` is not a literal or a DynamicLossScale/"
                 "FixedLossScale built in the same scope, so its kind is unknown"
             )
             return
@@ -1078,12 +941,12 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         opt.ctor = ctor
         ctor.consumers.append(opt)
 
-    def ctor_for(self, value: cst.BaseExpression) -> _Ctor | None:
+    def ctor_for(self, value: cst.BaseExpression) -> LossScaleObject | None:
         if isinstance(value, cst.Call):
             return self._ctors.get(value)
         if not isinstance(value, cst.Name):
             return None
-        scope = self.scope(value)
+        scope = self.file.scope(value)
         if scope is None:
             return None
         access = next((a for a in scope.accesses if a.node is value), None)
@@ -1095,7 +958,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         if any(type(a) is not Assignment for a in scope[value.value]):
             return None
         target = assignment.node
-        statement = self.parent(self.parent(target)) if self.parent(target) else None
+        statement = self.file.parent(self.file.parent(target)) if self.file.parent(target) else None
         if not (
             isinstance(statement, cst.Assign)
             and len(statement.targets) == 1
@@ -1108,10 +971,10 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             ctor.variable = assignment
         return ctor
 
-    def _decide_ctor(self, ctor: _Ctor) -> None:
+    def _decide_ctor(self, ctor: LossScaleObject) -> None:
         if ctor.keras:
             return  # mapped into (or left with) the Keras optimizer it is passed to inline
-        what = _code(ctor.call.func)
+        what = code(ctor.call.func)
         problem = ctor.problem
         if problem is None and not ctor.consumers:
             problem = (
@@ -1128,15 +991,15 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             ]
             if others:
                 problem = (
-                    f"`{ctor.variable.name}` is also used at line {self.line(others[0].node)} "
+                    f"`{ctor.variable.name}` is also used at line {self.file.line(others[0].node)} "
                     "where a TensorFlow LossScale object is expected"
                 )
         if problem is None and any(o.problem is not None for o in ctor.consumers):
             problem = "the optimizer that uses it cannot be ported (see its warning)"
         if problem is not None:
-            self.findings.append(
+            self.file.findings.append(
                 Finding(
-                    self.path,
+                    self.file.path,
                     ctor.line,
                     _ctor_rule(ctor.kind),
                     f"`{what}(...)` left unchanged: {problem}",
@@ -1146,17 +1009,17 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             return
         ctor.ported = True
         target = api.DYNAMIC if ctor.kind is Kind.TF_DYNAMIC else api.FIXED
-        self.edits.calls[ctor.call] = CallEdit(target, ctor.build)
-        self._consume(ctor.call.func)
-        self.sites.append(Site(ctor.call, (target,), self._provider(ctor.call.func)))
+        self.file.edits.calls[ctor.call] = CallEdit(target, ctor.build)
+        self.file.consume(ctor.call.func)
+        self.file.sites.append(Site(ctor.call, (target,), self.file.provider(ctor.call.func)))
         detail = (
             " with TF's semantics (decrease on every overflow by 1/multiplier)"
             if ctor.kind is Kind.TF_DYNAMIC
             else ""
         )
-        self.findings.append(
+        self.file.findings.append(
             Finding(
-                self.path,
+                self.file.path,
                 ctor.line,
                 _ctor_rule(ctor.kind),
                 f"`{what}(...)` -> {target}(...){detail}",
@@ -1166,20 +1029,20 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             self._dynamic_calls.append(ctor.call)
 
     def _called_bare(self, node: cst.CSTNode) -> bool:
-        call = self.parent(node)
+        call = self.file.parent(node)
         return isinstance(call, cst.Call) and call.func is node and not call.args
 
-    def _emit_optimizer(self, opt: _Optimizer) -> None:
+    def _emit_optimizer(self, opt: WrappedOptimizer) -> None:
         rule = "graph-rewrite" if opt.kind is Kind.GRAPH_REWRITE else "tf-loss-scale-optimizer"
         if opt.keras:
             rule = "unported-api"
-        what = _code(opt.call.func)
+        what = code(opt.call.func)
         if opt.problem is None and opt.unknown is not None:
             self._unknown_kind(opt.unknown, opt.kind)
         if opt.problem is not None:
-            self.findings.append(
+            self.file.findings.append(
                 Finding(
-                    self.path,
+                    self.file.path,
                     opt.line,
                     rule,
                     f"`{what}(...)` left unchanged: {opt.problem}",
@@ -1195,28 +1058,28 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             targets.append(api.DYNAMIC)
         elif opt.manager == "fixed":
             targets.append(api.FIXED)
-        self.edits.calls[opt.call] = CallEdit(api.OPTIMIZER, _optimizer_builder(opt, value))
-        site = next(s for s in self.sites if s.node is opt.call)
+        self.file.edits.calls[opt.call] = CallEdit(api.OPTIMIZER, _optimizer_builder(opt, value))
+        site = next(s for s in self.file.sites if s.node is opt.call)
         site.targets = tuple(targets)
-        extra = f", is_distributed={_code(value)} because {why}" if value is not None else ""
+        extra = f", is_distributed={code(value)} because {why}" if value is not None else ""
         manager = {
             "dynamic": f"{api.DYNAMIC} equal to loss_scale='dynamic'",
             "default": f"{api.DYNAMIC} equal to the default loss_scale='dynamic'",
             "fixed": api.FIXED,
             "ctor": "the ported loss-scale object",
         }[opt.manager]
-        self.findings.append(
+        self.file.findings.append(
             Finding(
-                self.path,
+                self.file.path,
                 opt.line,
                 rule,
                 f"`{what}(...)` -> {api.OPTIMIZER}(opt, {manager}){extra}",
             )
         )
         if opt.kind is Kind.GRAPH_REWRITE:
-            self.findings.append(
+            self.file.findings.append(
                 Finding(
-                    self.path,
+                    self.file.path,
                     opt.line,
                     "graph-rewrite",
                     f"{api.PORTED_REWRITE_NOTE}; on the NPU the compute "
@@ -1228,44 +1091,44 @@ class LossScaleAnalyzer(cst.CSTVisitor):
 
     def _control_deps(self, call: cst.Call, *, movable: bool) -> None:
         decision = control_deps_decision(
-            call, parent=self.parent, canonical=self.canonical, scope=self.scope
+            call, parent=self.file.parent, canonical=self.file.canonical, scope=self.file.scope
         )
         if decision is None:
             return
         with_node, statement, reason = decision
         if statement is not None and movable:
-            self.edits.hoists[with_node] = statement
-            self._change(
+            self.file.edits.hoists[with_node] = statement
+            self.file.change(
                 call,
                 "manager-in-control-deps",
                 f"the dynamic loss-scale manager moved out of the `with` block at line "
-                f"{self.line(with_node)}: the NPU manager must not be built under "
+                f"{self.file.line(with_node)}: the NPU manager must not be built under "
                 "tf.control_dependencies()",
             )
             return
-        self.warn(
+        self.file.warn(
             call,
             "manager-in-control-deps",
             "a dynamic loss-scale manager is built inside tf.control_dependencies() (line "
-            f"{self.line(with_node)}) and was left there ({reason or 'it is not movable'}): "
+            f"{self.file.line(with_node)}) and was left there ({reason or 'it is not movable'}): "
             "npu_lossscale's manager runs there as written, the Ascend adapter's does not; move "
             "it out if the script must also run on the adapter",
         )
 
     def _leave_vendor_file(self) -> None:
         """Files importing npu_bridge were ported already: report what is left, change nothing."""
-        changes = [f for f in self.findings if f.kind == "change"]
+        changes = [f for f in self.file.findings if f.kind == "change"]
         # Warnings about what a port would bring (the rewrite no longer switched on, the inner
         # optimizer's kind, Horovod's init) concern a port that does not happen here.
-        self.findings = [
+        self.file.findings = [
             f
-            for f in self.findings
+            for f in self.file.findings
             if f.kind != "change"
             and f.rule not in ("optimizer-kind-unknown", "distributed-unverified")
             and not f.message.startswith(api.PORTED_REWRITE_NOTE)
         ]
         for f in changes:
-            self.findings.append(
+            self.file.findings.append(
                 dataclasses.replace(
                     f,
                     rule="npu-bridge",
@@ -1273,8 +1136,8 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                     message=f"not changed because the file already uses npu_bridge: {f.message}",
                 )
             )
-        self.edits = Edits()
-        self.sites = []
+        self.file.edits = Edits()
+        self.file.sites = []
 
     def _keep_reexport(self, node: cst.CSTNode, scope: Scope, bound: str) -> None:
         """Keep `bound` importable from this module when another file of the run imports it
@@ -1285,15 +1148,15 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             (
                 a
                 for a in getattr(node, "names", ())
-                if (a.asname.name.value if a.asname else _dotted(a.name)) == bound
+                if (a.asname.name.value if a.asname else dotted(a.name)) == bound
             ),
             None,
         )
-        target = _CONTRIB_TO_NPU.get(_dotted(alias.name)) if alias is not None else None
+        target = _CONTRIB_TO_NPU.get(dotted(alias.name)) if alias is not None else None
         if target is None:
             return
-        self.edits.rebinds.setdefault(node, []).append((target, bound))
-        self._change(
+        self.file.edits.rebinds.setdefault(node, []).append((target, bound))
+        self.file.change(
             node,
             "reexport",
             f"other files import `{bound}` from this module: it stays bound here, to "
@@ -1302,7 +1165,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
 
     def _references(self, node: cst.CSTNode, bound: str) -> list[cst.CSTNode] | None:
         """Every use of the name an import binds (None: the scope is unknown)."""
-        scope = self.scope(node)
+        scope = self.file.scope(node)
         if scope is None:
             return None
         return [
@@ -1315,23 +1178,23 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     def _plan_import_removals(self) -> None:
         self._plan_keras_import_removals()
         for node, index, bound in self._contrib_imports:
-            scope = self.scope(node)
+            scope = self.file.scope(node)
             refs = self._references(node, bound)
             if scope is None or refs is None:
                 continue
             if not refs:
                 # Nothing here to port, but the file still fails to import without tf.contrib.
-                self.warn(
+                self.file.warn(
                     node,
                     "unported-api",
                     f"`{bound}` is imported from tf.contrib and not used in this file (a "
                     "re-export?); tf.contrib does not exist in TensorFlow 2 or on Ascend: import "
                     f"it from {api.LIBRARY} here, and port the modules importing it from this one",
                 )
-            elif self.edits and all(id(r) in self._consumed for r in refs):
-                self.edits.removals.setdefault(node, set()).add(index)
+            elif self.file.edits and all(id(r) in self.file.consumed for r in refs):
+                self.file.edits.removals.setdefault(node, set()).add(index)
                 self._removed_bindings.add((id(node), bound))
-                self._change(node, "contrib-import", f"removed the unused import of `{bound}`")
+                self.file.change(node, "contrib-import", f"removed the unused import of `{bound}`")
                 self._keep_reexport(node, scope, bound)
 
     def _plan_keras_import_removals(self) -> None:
@@ -1340,14 +1203,16 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         it from here, or this module's `__all__`."""
         for node, index, bound in self._keras_imports:
             refs = self._references(node, bound)
-            if not refs or not all(id(r) in self._consumed for r in refs):
+            if not refs or not all(id(r) in self.file.consumed for r in refs):
                 continue
-            global_scope = self.scope(node) is self._global
+            global_scope = self.file.scope(node) is self._global
             if global_scope and (bound in self._reexported or bound in self._dunder_all):
                 continue
-            self.edits.removals.setdefault(node, set()).add(index)
+            self.file.edits.removals.setdefault(node, set()).add(index)
             self._removed_bindings.add((id(node), bound))
-            self._change(node, "keras-import", f"removed the import of `{bound}`: no use is left")
+            self.file.change(
+                node, "keras-import", f"removed the import of `{bound}`: no use is left"
+            )
 
 
 _STEP_METHODS = ("apply_gradients", "compute_gradients", "update_loss_scale", "get_loss_scale")
@@ -1361,18 +1226,18 @@ def _subclass_problem(cls: cst.ClassDef) -> str | None:
         return f"overrides {', '.join(overridden)}"
     init = methods.get("__init__")
     if init is not None and "__init__" not in {
-        a.attr.value for a in _walk(init) if isinstance(a, cst.Attribute)
+        a.attr.value for a in walk(init) if isinstance(a, cst.Attribute)
     }:
         return "overrides __init__ without calling the base __init__"
     own = set()  # attributes the subclass assigns itself may be private: they are its own
-    for target in (t for t in _walk(cls) if isinstance(t, cst.AssignTarget)):
-        for attribute in _walk(target.target):
-            if isinstance(attribute, cst.Attribute) and _code(attribute.value) == "self":
+    for target in (t for t in walk(cls) if isinstance(t, cst.AssignTarget)):
+        for attribute in walk(target.target):
+            if isinstance(attribute, cst.Attribute) and code(attribute.value) == "self":
                 own.add(attribute.attr.value)
-    for node in _walk(cls):
+    for node in walk(cls):
         if (
             isinstance(node, cst.Attribute)
-            and _code(node.value) == "self"
+            and code(node.value) == "self"
             and node.attr.value.startswith("_")
             and not node.attr.value.startswith("__")
             and node.attr.value not in own
@@ -1430,7 +1295,7 @@ def _tf_fixed_builder(bound: dict[str, int]) -> Builder:
     return build
 
 
-def _optimizer_builder(opt: _Optimizer, value: cst.BaseExpression | None) -> Builder:
+def _optimizer_builder(opt: WrappedOptimizer, value: cst.BaseExpression | None) -> Builder:
     bound = dict(opt.bound)
     manager = opt.manager
 
@@ -1460,43 +1325,18 @@ def _optimizer_builder(opt: _Optimizer, value: cst.BaseExpression | None) -> Bui
 def _imported_roots(module: cst.Module) -> set[str] | None:
     """Every name an import statement binds, anywhere in the module; None with a star import."""
     names: set[str] = set()
-    for node in _walk(module):
+    for node in walk(module):
         if isinstance(node, cst.Import):
             for alias in node.names:
                 bound = alias.asname.name if alias.asname else alias.name
-                names.add(_dotted(bound).split(".")[0])  # type: ignore[arg-type]
+                names.add(dotted(bound).split(".")[0])  # type: ignore[arg-type]
         elif isinstance(node, cst.ImportFrom):
             if isinstance(node.names, cst.ImportStar):
                 return None
             for alias in node.names:
                 bound = alias.asname.name if alias.asname else alias.name
-                names.add(_dotted(bound))  # type: ignore[arg-type]
+                names.add(dotted(bound))  # type: ignore[arg-type]
     return names
-
-
-def _is_dotted_name(node: cst.BaseExpression) -> bool:
-    """`a.b.c`, as opposed to an attribute of a call or subscript such as `a.b(...).c`."""
-    while isinstance(node, cst.Attribute):
-        node = node.value
-    return isinstance(node, cst.Name)
-
-
-def _dotted(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
-    return ""
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from _walk(child)
 
 
 def _is_keras_training_call(call: cst.Call) -> bool:
