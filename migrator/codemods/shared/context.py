@@ -47,6 +47,8 @@ class FileContext:
         # ids of the nodes inside rewritten expressions: an import every use of which is among
         # them can go
         self.consumed: set[int] = set()
+        # several visitors ask about the same callee: each node's scope is asked once
+        self._canonical: dict[cst.CSTNode, str | None] = {}
 
     def bind(self, metadata: Mapping[ProviderT, Mapping[cst.CSTNode, object]]) -> None:
         self.metadata = metadata
@@ -71,6 +73,11 @@ class FileContext:
 
     def canonical(self, node: cst.CSTNode) -> str | None:
         """The one imported qualified name of an expression, or None (local, ambiguous, unknown)."""
+        if node not in self._canonical:
+            self._canonical[node] = self._canonical_of(node)
+        return self._canonical[node]
+
+    def _canonical_of(self, node: cst.CSTNode) -> str | None:
         names = self.qualified_names(node)
         if len(names) != 1:
             return None
