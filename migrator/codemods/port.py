@@ -26,11 +26,12 @@ def port_loss_scale(
     """Rewrite the loss-scale APIs of one file; returns the new tree and what was done or left."""
     analyzer = LossScaleAnalyzer(path, distributed, reexports)
     wrapper.visit(analyzer)
-    if not analyzer.edits:
-        return wrapper.module, analyzer.findings
+    file = analyzer.file
+    if not file.edits:
+        return wrapper.module, file.findings
     parents = wrapper.resolve(ParentProvider)
-    rewriter = PlanRewriter(analyzer.edits, analyzer.imports, analyzer.names, parents)
-    return wrapper.module.visit(rewriter), analyzer.findings
+    rewriter = PlanRewriter(file.edits, analyzer.imports, analyzer.names, parents)
+    return wrapper.module.visit(rewriter), file.findings
 
 
 def port_torch(

@@ -12,6 +12,7 @@ import dataclasses
 import libcst as cst
 
 from migrator import template_files
+from migrator.codemods.shared.arguments import append_keyword
 
 
 def template(name: str) -> str:
@@ -121,29 +122,8 @@ class Editor(cst.CSTTransformer):
         step = self.edits.step_arguments.get(id(original_node))
         if step is None:
             return updated_node
-        args = list(updated_node.args)
-        new = cst.Arg(
-            keyword=cst.Name("global_step"),
-            value=cst.Name(step),
-            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-        )
-        if args:
-            last = args[-1]
-            if isinstance(last.comma, cst.Comma):
-                # Trailing-comma style: the new argument takes over the last one's comma, and the
-                # last one takes the separator its neighbours use.
-                new = new.with_changes(comma=last.comma)
-                separator = (
-                    args[-2].comma
-                    if len(args) > 1
-                    else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-                )
-                args[-1] = last.with_changes(comma=separator)
-            else:
-                args[-1] = last.with_changes(
-                    comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-                )
-        return updated_node.with_changes(args=[*args, new])
+        args = append_keyword(updated_node.args, "global_step", cst.Name(step))
+        return updated_node.with_changes(args=args)
 
     def leave_FunctionDef(
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef

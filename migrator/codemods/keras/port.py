@@ -15,26 +15,24 @@ incr_ratio, decr_ratio, is_distributed, ...)`:
   `incr_ratio=m, decr_ratio=1/m`, which is TF's rule), an inline `FixedLossScale(v)` a fixed v.
 
 Whatever cannot be mapped exactly is left as written, with a warning that says why. Sites are
-collected while the analyzer walks the file and decided in `finish`, once every loss-scale object
-of the file has been seen; `is_distributed=` is the TF1 port's decision for the same call.
+collected while the TF1 analysis walks the file and decided in `finish`, once every loss-scale
+object of the file has been seen; `is_distributed=` is the TF1 port's decision for the same call.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
 
 import libcst as cst
 
 from migrator.codemods.shared import api
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.api import Kind
-from migrator.codemods.shared.distributed import Parent
-from migrator.findings import Finding
-
-if TYPE_CHECKING:
-    from migrator.codemods.tf1.analysis import Builder, LossScaleAnalyzer
+from migrator.codemods.shared.context import FileContext
+from migrator.codemods.shared.nodes import Parent
+from migrator.codemods.shared.plan import Builder
+from migrator.codemods.tf1.sites import LossScaleObject
 
 RULE = "keras-loss-scale-optimizer"
 TARGET = f"{api.KERAS_MODULE}.LossScaleOptimizer"
@@ -67,17 +65,32 @@ class LossScale:
     ctor_bound: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
-class KerasPort:
-    """The Keras half of the loss-scale analysis, driven by `LossScaleAnalyzer`."""
+@dataclasses.dataclass(frozen=True)
+class Tf1Facts:
+    """What the Keras port asks of the TF1 analysis of the same file, and nothing more: the kind of
+    an optimizer expression, the loss-scale object an argument names, `is_distributed=` for a
+    call (the TF1 port's decision, asked with keras=True), and whether the file names
+    TF_USE_LEGACY_KERAS (known once the file has been read)."""
 
-    def __init__(self, analyzer: LossScaleAnalyzer) -> None:
-        self.analyzer = analyzer
+    optimizer_flavour: Callable[[cst.BaseExpression], str | None]
+    loss_scale_object: Callable[[cst.BaseExpression], LossScaleObject | None]
+    is_distributed: Callable[..., tuple[cst.BaseExpression | None, str]]
+    legacy_keras: Callable[[], bool]
+
+
+class KerasPort:
+    """The Keras half of the loss-scale analysis: fed the Keras references the walk resolves,
+    deciding them in `finish` into the shared plan and findings."""
+
+    def __init__(self, file: FileContext, tf1: Tf1Facts) -> None:
+        self.file = file
+        self.tf1 = tf1
         self.sites: list[KerasSite] = []
 
     # ----------------------------------------------------------------- collecting
     def reference(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, name: str) -> None:
         """A resolved reference to a Keras LossScaleOptimizer class."""
-        a = self.analyzer
+        a = self.file
         if call is None:
             self._value_use(node, kind, name)
             return
@@ -103,11 +116,11 @@ class KerasPort:
         bound = {} if isinstance(bound, str) else bound
         if problem is None and _INNER[spelling] not in bound:
             problem = "the optimizer argument is missing"
-        site = KerasSite(call, spelling, self.analyzer.line(call), bound, problem, **extra)
+        site = KerasSite(call, spelling, self.file.line(call), bound, problem, **extra)
         self.sites.append(site)
 
     def _value_use(self, node: cst.CSTNode, kind: Kind, name: str) -> None:
-        a = self.analyzer
+        a = self.file
         keras_3 = kind is Kind.KERAS_OPTIMIZER and api.keras_order(name) != api.KERAS_2_ORDER
         if keras_3 and _isinstance_class(node, a.parent):
             # npu_lossscale.keras.LossScaleOptimizer subclasses Keras 3's class: still true.
@@ -132,7 +145,7 @@ class KerasPort:
             self._decide(site)
 
     def _decide(self, site: KerasSite) -> None:
-        a = self.analyzer
+        a = self.file
         what = a.code(site.call.func)
         problem = site.problem
         if problem is None:
@@ -142,14 +155,10 @@ class KerasPort:
             scale, problem = self._loss_scale(site)
         if problem is not None:
             rule = "graph-rewrite" if site.spelling == "graph-rewrite" else RULE
-            a.findings.append(
-                Finding(
-                    a.path, site.line, rule, f"`{what}(...)` left unchanged: {problem}", "warning"
-                )
-            )
+            a.report(site.line, rule, f"`{what}(...)` left unchanged: {problem}", "warning")
             return
         self._unseen_inner(site)
-        value, why = a.is_distributed(site.call, keras=True)
+        value, why = self.tf1.is_distributed(site.call, keras=True)
         a.port_call(site.call, api.KERAS_OPTIMIZER, _builder(site, scale, value))
         if value is not None:
             extra = f", is_distributed={a.code(value)} because {why}"
@@ -157,27 +166,24 @@ class KerasPort:
             extra = f", no is_distributed because {why}" if why else ""
         rule = "graph-rewrite" if site.spelling == "graph-rewrite" else RULE
         message = f"`{what}(...)` -> {TARGET}(...){_detail(site, scale)}{extra}"
-        a.findings.append(Finding(a.path, site.line, rule, message))
+        a.report(site.line, rule, message)
         if site.spelling == "graph-rewrite":
-            a.findings.append(
-                Finding(
-                    a.path,
-                    site.line,
-                    "graph-rewrite",
-                    f"{api.PORTED_REWRITE_NOTE}; TensorFlow's fp16 graph "
-                    "rewrite is no longer switched on, so the model computes in float32 unless "
-                    "the script sets a mixed_float16 dtype policy "
-                    "(keras.mixed_precision.set_global_policy) or the NPU's precision_mode does",
-                    "warning",
-                )
+            a.report(
+                site.line,
+                "graph-rewrite",
+                f"{api.PORTED_REWRITE_NOTE}; TensorFlow's fp16 graph "
+                "rewrite is no longer switched on, so the model computes in float32 unless "
+                "the script sets a mixed_float16 dtype policy "
+                "(keras.mixed_precision.set_global_policy) or the NPU's precision_mode does",
+                "warning",
             )
 
     def _unseen_inner(self, site: KerasSite) -> None:
         """Warn where the wrapped optimizer's constructor cannot be seen (a parameter, another
         module): a Keras 2 one (tf_keras, optimizers.legacy, TensorFlow Addons) fails there."""
-        a = self.analyzer
+        a = self.file
         inner = site.call.args[site.bound[_INNER[site.spelling]]].value
-        if a.optimizer_flavour(inner) is not None:
+        if self.tf1.optimizer_flavour(inner) is not None:
             return
         assumed = ""
         if site.spelling == "graph-rewrite":
@@ -197,8 +203,8 @@ class KerasPort:
     def _inner_problem(self, site: KerasSite) -> str | None:
         """Why the wrapped optimizer cannot go into npu_lossscale.keras.LossScaleOptimizer: a Keras
         2 optimizer there raises ValueError at construction (it subclasses Keras 3's wrapper)."""
-        a = self.analyzer
-        if a.legacy_keras:
+        a = self.file
+        if self.tf1.legacy_keras():
             return (
                 "the file names TF_USE_LEGACY_KERAS, with which tf.keras is Keras 2 (tf_keras), "
                 "and npu_lossscale.keras.LossScaleOptimizer wraps Keras 3 optimizers only "
@@ -206,7 +212,7 @@ class KerasPort:
                 "it by hand"
             )
         inner = site.call.args[site.bound[_INNER[site.spelling]]].value
-        if a.optimizer_flavour(inner) != "keras2":
+        if self.tf1.optimizer_flavour(inner) != "keras2":
             return None
         return (
             f"`{_one_line(a.code(inner))}` is, or may be, a Keras 2 optimizer (tf_keras, "
@@ -230,8 +236,8 @@ class KerasPort:
             return LossScale("default"), f"loss_scale={text!r} is not a loss scale TF accepts"
         if args_.is_numeric_literal(value):
             return LossScale("fixed"), None
-        a = self.analyzer
-        ctor = a.ctor_for(value)
+        a = self.file
+        ctor = self.tf1.loss_scale_object(value)
         if ctor is not None and isinstance(value, cst.Name):
             ctor.keras = True  # reported here, with the reason it stays
             what = a.code(ctor.call.func)

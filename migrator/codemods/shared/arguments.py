@@ -57,6 +57,14 @@ def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     )
 
 
+def named(arg: cst.Arg, name: str) -> cst.Arg:
+    """The same argument passed by keyword `name` (its comma and spacing kept)."""
+    return arg.with_changes(
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
+    )
+
+
 def renamed(arg: cst.Arg, name: str) -> cst.Arg:
     """The same argument under another keyword (positional arguments stay positional)."""
     if arg.keyword is None:

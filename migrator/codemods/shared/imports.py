@@ -12,18 +12,14 @@ target whose local name is dotted (`npu_lossscale.keras.LossScaleOptimizer`) is 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import libcst as cst
 from libcst.metadata import FunctionScope
 
 from migrator.codemods.shared.api import LIBRARY, target_class, target_module
-
-if TYPE_CHECKING:
-    from migrator.codemods.tf1.analysis import Site
-
-Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
+from migrator.codemods.shared.nodes import Parent, child_of, dotted
+from migrator.codemods.shared.plan import Site
 
 
 @dataclasses.dataclass
@@ -76,17 +72,6 @@ def _lines(
     return lines
 
 
-def _child_of(node: cst.CSTNode, block: cst.CSTNode, parent: Parent) -> cst.CSTNode | None:
-    """The statement of `block` (a Module or IndentedBlock) that contains `node`."""
-    current: cst.CSTNode | None = node
-    while current is not None:
-        up = parent(current)
-        if up is block:
-            return current
-        current = up
-    return None
-
-
 def _index(block: cst.Module | cst.IndentedBlock, statement: cst.CSTNode | None) -> int:
     return next((i for i, s in enumerate(block.body) if s is statement), -1)
 
@@ -133,7 +118,7 @@ def plan_imports(
     if not existing and not imported and _function_placement(sites, names, parent, plan):
         return plan
     pairs, modules = _needs({n for site in sites for n in site.targets}, names, imported)
-    tops = [_index(module, _child_of(site.node, module, parent)) for site in sites]
+    tops = [_index(module, child_of(site.node, module, parent)) for site in sites]
     first = min(i for i in tops if i >= 0)
     new: dict[str, Sequence[tuple[str, str]]] = {}
     for owner, needed in pairs.items():
@@ -173,17 +158,9 @@ def _existing_before(
     """The first `from <owner> import ...` of the module body above the first rewritten line."""
     for imp in existing:
         index = _index(module, parent(imp))
-        if 0 <= index < first and _module_name(imp.module) == owner:
+        if 0 <= index < first and dotted(imp.module) == owner:
             return imp
     return None
-
-
-def _module_name(node: cst.BaseExpression | None) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return f"{_module_name(node.value)}.{node.attr.value}"
-    return ""
 
 
 def _function_placement(
@@ -205,10 +182,10 @@ def _function_placement(
         if not isinstance(body, cst.IndentedBlock):
             return False
         anchors = [
-            _index(body, _child_of(m.provider.node, body, parent))  # type: ignore[union-attr]
+            _index(body, child_of(m.provider.node, body, parent))  # type: ignore[union-attr]
             for m in members
         ]
-        uses = [_index(body, _child_of(m.node, body, parent)) for m in members]
+        uses = [_index(body, child_of(m.node, body, parent)) for m in members]
         anchor = min(anchors)
         if anchor < 0 or min(uses) <= anchor:
             return False

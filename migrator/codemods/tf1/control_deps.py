@@ -12,6 +12,8 @@ from collections.abc import Callable
 import libcst as cst
 from libcst.metadata import Scope
 
+from migrator.codemods.shared.context import FileContext
+
 Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
 Canonical = Callable[[cst.CSTNode], "str | None"]
 ScopeOf = Callable[[cst.CSTNode], "Scope | None"]
@@ -119,3 +121,32 @@ def control_deps_decision(
     if any(n.value == target for node in earlier for n in _names(node)):
         return block, None, f"`{target}` is used in the block before the manager is built"
     return block, line, ""
+
+
+def plan_control_deps(file: FileContext, call: cst.Call, *, movable: bool) -> None:
+    """Hoist a dynamic manager built under tf.control_dependencies() out of the `with` where
+    `movable` and the move is provably the same; warn where it stays."""
+    decision = control_deps_decision(
+        call, parent=file.parent, canonical=file.canonical, scope=file.scope
+    )
+    if decision is None:
+        return
+    with_node, statement, reason = decision
+    if statement is not None and movable:
+        file.edits.hoists[with_node] = statement
+        file.change(
+            call,
+            "manager-in-control-deps",
+            f"the dynamic loss-scale manager moved out of the `with` block at line "
+            f"{file.line(with_node)}: the NPU manager must not be built under "
+            "tf.control_dependencies()",
+        )
+        return
+    file.warn(
+        call,
+        "manager-in-control-deps",
+        "a dynamic loss-scale manager is built inside tf.control_dependencies() (line "
+        f"{file.line(with_node)}) and was left there ({reason or 'it is not movable'}): "
+        "npu_lossscale's manager runs there as written, the Ascend adapter's does not; move "
+        "it out if the script must also run on the adapter",
+    )

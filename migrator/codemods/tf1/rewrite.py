@@ -17,7 +17,7 @@ import libcst as cst
 
 from migrator.codemods.shared.api import LIBRARY
 from migrator.codemods.shared.imports import ImportPlan
-from migrator.codemods.tf1.analysis import Edits
+from migrator.codemods.shared.plan import Edits
 
 _ImportT = TypeVar("_ImportT", cst.Import, cst.ImportFrom)
 

@@ -28,9 +28,10 @@ from migrator.codemods.shared.lines import LineProvider, start_line
 from migrator.codemods.shared.parents import ParentProvider
 from migrator.codemods.shared.qualified import qualified_names
 from migrator.codemods.torch import names
-from migrator.codemods.torch.arguments import Builder, builder
+from migrator.codemods.torch.arguments import builder
 from migrator.codemods.torch.imports import Conflict, ImportSite, plan_imports
 from migrator.codemods.torch.names import Kind
+from migrator.codemods.torch.plan import TorchPlan
 from migrator.findings import Finding
 from migrator.selection.reexports import module_name
 
@@ -44,21 +45,6 @@ _TRANSFER_NOTE = (
     "as written; on Ascend, torch-npu maps them to the NPU when the entry script starts with "
     "`import torch_npu` and `from torch_npu.contrib import transfer_to_npu`"
 )
-
-
-@dataclasses.dataclass
-class TorchPlan:
-    """Everything the rewriter changes, keyed by nodes of the original tree."""
-
-    calls: dict[cst.Call, Builder] = dataclasses.field(default_factory=dict)
-    refs: dict[cst.CSTNode, str] = dataclasses.field(default_factory=dict)  # -> dotted name
-    # import statement -> indexes of its aliases to delete
-    removals: dict[cst.CSTNode, set[int]] = dataclasses.field(default_factory=dict)
-    # statement -> import lines to add after it (in its place when all of it is removed)
-    after: dict[cst.SimpleStatementLine, list[str]] = dataclasses.field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return bool(self.calls or self.refs)
 
 
 @dataclasses.dataclass

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 
 import libcst as cst
 
-Builder = Callable[[Sequence[cst.Arg]], list[cst.Arg]]
+from migrator.codemods.shared.arguments import append_keyword, named
 
-_NO_SPACE = cst.SimpleWhitespace("")
+Builder = Callable[[Sequence[cst.Arg]], list[cst.Arg]]
 
 
 def builder(
@@ -37,35 +37,13 @@ def builder(
             if index == dropped:
                 continue
             if by_name and arg.keyword is None and not arg.star:
-                arg = _named(arg, names[index])
+                arg = named(arg, names[index])
             out.append(arg)
         if dropped is not None and dropped == len(arguments) - 1 and out:
             # The last argument went: the one before it takes its comma (or its absence).
             out[-1] = out[-1].with_changes(comma=arguments[dropped].comma)
         if add_device is not None:
-            out = _append(out, "device", cst.SimpleString(f'"{add_device}"'))
+            out = append_keyword(out, "device", cst.SimpleString(f'"{add_device}"'))
         return out
 
     return build
-
-
-def _named(arg: cst.Arg, name: str) -> cst.Arg:
-    return arg.with_changes(
-        keyword=cst.Name(name),
-        equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
-    )
-
-
-def _append(args: list[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:
-    """`name=value` last; a trailing comma (multi-line call) stays the last thing."""
-    new = _named(cst.Arg(value=value), name)
-    if not args:
-        return [new]
-    last = args[-1]
-    if isinstance(last.comma, cst.Comma):
-        between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
-            between = args[-2].comma
-        return [*args[:-1], last.with_changes(comma=between), new.with_changes(comma=last.comma)]
-    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    return [*args[:-1], last.with_changes(comma=comma), new]

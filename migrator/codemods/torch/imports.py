@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import Assignment, GlobalScope, Scope
 
 from migrator.codemods.torch import names
-
-if TYPE_CHECKING:
-    from migrator.codemods.torch.analysis import TorchPlan
+from migrator.codemods.torch.plan import TorchPlan
 
 Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
 Block = cst.Module | cst.IndentedBlock

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import libcst as cst
 
-from migrator.codemods.torch.analysis import TorchPlan
+from migrator.codemods.torch.plan import TorchPlan
 
 _ImportT = TypeVar("_ImportT", cst.Import, cst.ImportFrom)
 

@@ -336,6 +336,37 @@ def test_optimizer_call_inside_the_group_still_gets_the_step(tmp_path):
     assert assigned["other"] == "opt.minimize(loss, global_step=global_step)"
 
 
+def test_step_passed_to_a_one_argument_per_line_call_gets_a_line_of_its_own(tmp_path):
+    # `global_step=global_step` once went after `var_list=None, ` (a trailing space) on the
+    # closing bracket's line when the call had one argument per line and no trailing comma.
+    src = _write(
+        tmp_path,
+        "lines.py",
+        SCALED.replace(
+            "def build(loss, lr):\n",
+            "def build(loss, lr):\n    global_step = tf.train.get_or_create_global_step()\n",
+        )
+        + "    train_op = opt.minimize(\n"
+        "        loss,\n"
+        "        var_list=None\n"
+        "    )\n"
+        "    train_op = tf.group(train_op, [global_step.assign_add(1)])\n"
+        "    return train_op\n",
+    )
+    report = _migrate(tmp_path, src)
+    assert len(_findings(report, MOVE, "lines.py")) >= 1
+    assert _findings(report, MANUAL, "lines.py") == []
+    ported = (src / "lines.py").read_text()
+    assert (
+        "    train_op = opt.minimize(\n"
+        "        loss,\n"
+        "        var_list=None,\n"
+        "        global_step=global_step\n"
+        "    )\n"
+    ) in ported
+    assert all(line == line.rstrip() for line in ported.splitlines())
+
+
 def test_step_fetched_after_the_optimizer_call_is_left_with_a_warning(tmp_path):
     # Passing `gs` to minimize above its assignment would raise UnboundLocalError.
     src = _write(

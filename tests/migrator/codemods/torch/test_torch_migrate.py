@@ -445,3 +445,29 @@ def test_an_init_scale_below_one_is_ported_with_a_warning(tmp_path: Path) -> Non
         [sys.executable, "t.py"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
     )
     assert done.returncode != 0 and "init_scale" in done.stderr.strip().splitlines()[-1]
+
+
+def test_device_added_to_a_one_argument_per_line_call_gets_a_line_of_its_own(
+    tmp_path: Path,
+) -> None:
+    # torch.cpu.amp's scaler implies its device, which the port passes as `device="cpu"`. A call
+    # laid out one argument per line without a trailing comma once got `, device="cpu"` at
+    # column 0 after the last argument's line, which kept a trailing space.
+    source = (
+        "import torch\n\n"
+        "scaler = torch.cpu.amp.GradScaler(\n"
+        "    init_scale=1024.0,\n"
+        "    growth_interval=100\n"
+        ")\n"
+    )
+    (tmp_path / "t.py").write_text(source, encoding="utf-8")
+    assert run_cli("--write", tmp_path / "t.py").returncode == 0
+    ported = (tmp_path / "t.py").read_text(encoding="utf-8")
+    assert ported.endswith(
+        "scaler = npu_lossscale.torch.GradScaler(\n"
+        "    init_scale=1024.0,\n"
+        "    growth_interval=100,\n"
+        '    device="cpu"\n'
+        ")\n"
+    )
+    assert all(line == line.rstrip() for line in ported.splitlines())

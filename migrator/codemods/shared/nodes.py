@@ -1,0 +1,56 @@
+"""Small questions about libcst nodes that every codemod asks: a dotted name's text, a node's
+code, its root name, the statement of a block holding it, every node under it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import libcst as cst
+
+Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
+
+
+def dotted(node: cst.BaseExpression | None) -> str:
+    """`a.b.c` for a Name or an Attribute chain of Names; "" for anything else."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{dotted(node.value)}.{node.attr.value}"
+    return ""
+
+
+def is_dotted_name(node: cst.BaseExpression) -> bool:
+    """`a.b.c`, as opposed to an attribute of a call or subscript such as `a.b(...).c`."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def root(node: cst.BaseExpression) -> cst.Name | None:
+    """The Name a dotted expression starts from (`a` of `a.b.c`), None if it starts elsewhere."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node if isinstance(node, cst.Name) else None
+
+
+def code(node: cst.CSTNode) -> str:
+    """The source text of a node, without the file's context."""
+    return cst.Module([]).code_for_node(node)
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`node` and every node under it, parents first."""
+    yield node
+    for child in node.children:
+        yield from walk(child)
+
+
+def child_of(node: cst.CSTNode, block: cst.CSTNode, parent: Parent) -> cst.CSTNode | None:
+    """The statement of `block` (a Module or IndentedBlock) that contains `node`."""
+    current: cst.CSTNode | None = node
+    while current is not None:
+        up = parent(current)
+        if up is block:
+            return current
+        current = up
+    return None

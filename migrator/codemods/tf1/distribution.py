@@ -1,0 +1,116 @@
+"""Distribution facts of one file and the `is_distributed=` they decide.
+
+Horovod imports, `hvd.init()` and `DistributedOptimizer` calls, tf.distribute strategies (also
+one an Estimator is handed through RunConfig), and `name = <world-size test>` assignments are
+gathered while walking; `is_distributed` turns them into the keyword for one optimizer call, the
+same way for the TF1 and the Keras port (`shared/distributed.py` reads the conditions).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from migrator.codemods.shared import api
+from migrator.codemods.shared.context import FileContext
+from migrator.codemods.shared.distributed import (
+    DistributedFacts,
+    horovod_parameter,
+    is_distributed_value,
+    size_test_direction,
+)
+
+
+class Distribution:
+    """`distributed` is the --distributed option: "auto", "always" or "never"."""
+
+    def __init__(self, file: FileContext, distributed: str) -> None:
+        self.file = file
+        self.distributed = distributed
+        self.facts = DistributedFacts()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = self.file.canonical(node.func)
+        if (func is not None and api.is_distribute_strategy(func)) or _hands_a_strategy(node):
+            self.facts.strategy_used = True
+        elif (
+            func is not None
+            and api.is_horovod_module(func)
+            and func.endswith(".init")
+            and isinstance(node.func, cst.Attribute)
+            and isinstance(node.func.value, cst.Name)
+        ):
+            self.facts.initialised.add(node.func.value.value)
+            self.facts.init_calls.append(node)
+        elif (
+            func is not None
+            and api.is_horovod_module(func)
+            and func.endswith(".DistributedOptimizer")
+        ):
+            self.facts.wrappers.append(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            direction = size_test_direction(node.value, self.file.canonical)
+            if direction:
+                target = node.targets[0].target
+                self.facts.size_tests[target.value] = (target, direction > 0)
+
+    def is_distributed(
+        self, call: cst.Call, *, keras: bool = False
+    ) -> tuple[cst.BaseExpression | None, str]:
+        """`is_distributed=` for an optimizer built by `call` (None: leave it out) and why.
+
+        Horovod is decided alike for both front-ends. A tf.distribute strategy alone is not a
+        reason to pass anything to the Keras optimizer: its default (None) already sums the flag
+        exactly when a strategy has several replicas, where `has_strategy()` evaluated at
+        construction could pass False and be refused under a multi-replica strategy.
+        """
+        if self.distributed == "never":
+            return None, "of --distributed never"
+        if self.distributed == "always":
+            return cst.Name("True"), "of --distributed always"
+        # A function handed Horovod as a parameter decides for itself, whatever the file imports.
+        handed = horovod_parameter(
+            self.file.scope(call), self.file.parent, self.facts.horovod_aliases
+        )
+        if handed is not None:
+            return handed
+        if not self.facts.trains_distributed:
+            return None, ""
+        if keras and not self.facts.horovod_imported:
+            return None, (
+                "the file trains under a tf.distribute strategy, over whose replicas the Keras "
+                "optimizer's default (None) sums the overflow flag by itself"
+            )
+        value, why = is_distributed_value(
+            call,
+            self.facts,
+            parent=self.file.parent,
+            canonical=self.file.canonical,
+            scope=self.file.scope(call),
+        )
+        if self.facts.horovod_imported and not self.facts.initialised and _is_true(value):
+            self.file.warn(
+                call,
+                "distributed-unverified",
+                "is_distributed=True: the file uses Horovod but never calls hvd.init(); the "
+                "optimizer raises at graph build unless Horovod is initialised first (e.g. by "
+                "the runner). If the script also runs without Horovod, pass the condition it "
+                "uses instead",
+            )
+        return value, why
+
+
+def _is_true(value: cst.BaseExpression | None) -> bool:
+    return isinstance(value, cst.Name) and value.value == "True"
+
+
+def _hands_a_strategy(call: cst.Call) -> bool:
+    """`RunConfig(train_distribute=strategy)`: an Estimator trains under the strategy, however
+    the script built it (a helper such as distribution_utils.get_distribution_strategy)."""
+    return any(
+        arg.keyword is not None
+        and arg.keyword.value in ("train_distribute", "eval_distribute")
+        and not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
+        for arg in call.args
+    )

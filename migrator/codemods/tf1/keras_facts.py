@@ -1,0 +1,125 @@
+"""What a file shows of its Keras and TensorFlow generation, and its mixed_float16 policies.
+
+Which port an optimizer of unseen kind goes to depends on the file's generation (Keras names or
+model.compile/fit calls; TF 1-only symbols; TF_USE_LEGACY_KERAS, with which tf.keras is Keras 2).
+A global mixed_float16 policy with no LossScaleOptimizer named anywhere is warned in `finish`:
+Keras then wraps the compiled optimizer in its own, whose inf/NaN check misses an NPU's saturated
+overflows.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from migrator.codemods.shared import api
+from migrator.codemods.shared import arguments as args_
+from migrator.codemods.shared.context import FileContext
+from migrator.codemods.shared.nodes import code
+
+
+class KerasFacts:
+    """Collects while the file is walked; `finish` warns about implicit loss scaling."""
+
+    def __init__(self, file: FileContext) -> None:
+        self.file = file
+        # what the file shows of its TensorFlow generation, for inner optimizers whose kind
+        # cannot be seen: Keras names or model.compile/fit calls; TF 1-only symbols
+        self.uses_keras = False
+        self.uses_v1 = False
+        # the file names TF_USE_LEGACY_KERAS: its tf.keras may be Keras 2 (tf_keras)
+        self.legacy_keras = False
+        # global mixed_float16 policies set here, and whether any LossScaleOptimizer is named
+        # (setter, surely fp16, the Policy's own loss_scale argument)
+        self.fp16_policies: list[tuple[cst.Call, bool, cst.BaseExpression | None]] = []
+        self.names_lso = False
+
+    def saw(self, name: str) -> None:
+        """A reference the walk resolved to the imported qualified `name`."""
+        if api.mentions_keras(name):
+            self.uses_keras = True
+        if api.is_tf1_signal(name):
+            self.uses_v1 = True
+        if name.endswith("LossScaleOptimizer"):
+            self.names_lso = True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = self.file.canonical(node.func)
+        if func is None and _is_keras_training_call(node):
+            self.uses_keras = True
+        if func is not None and api.is_policy_setter(func):
+            fp16, loss_scale = self._fp16_policy(node)
+            if fp16 is not None:
+                self.fp16_policies.append((node, fp16, loss_scale))
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if "TF_USE_LEGACY_KERAS" in node.value:
+            self.legacy_keras = True
+
+    def _fp16_policy(self, setter: cst.Call) -> tuple[bool | None, cst.BaseExpression | None]:
+        """Whether a policy setter sets mixed_float16: True (`"mixed_float16"`, also through
+        `Policy(...)` or a name assigned once), None (another literal policy), False (chosen
+        at run time: a parameter, a flag, a conditional); and TF 2.1-2.3's `Policy(...,
+        loss_scale=...)` argument where one is given."""
+        if not setter.args:
+            return None, None
+        value = setter.args[0].value
+        loss_scale = None
+        for _ in range(2):  # `p = Policy(name)` then `set_policy(p)`: a name, then a Policy
+            if isinstance(value, cst.Name):
+                assigned = [self.file.assigned_value(a) for a in self.file.assignments(value)]
+                if len(assigned) != 1 or assigned[0] is None:
+                    return False, None
+                value = assigned[0]
+            if isinstance(value, cst.Call):
+                name = self.file.canonical(value.func)
+                if name is None or not api.is_policy_class(name) or not value.args:
+                    return False, None
+                bound = args_.bind(value, ("name", "loss_scale"))
+                if isinstance(bound, dict) and "loss_scale" in bound:
+                    loss_scale = value.args[bound["loss_scale"]].value
+                value = value.args[0].value
+        text = args_.string_value(value)
+        if text is None:
+            return False, loss_scale
+        return (True if text == "mixed_float16" else None), loss_scale
+
+    def finish(self) -> None:
+        """A global mixed_float16 policy makes Keras wrap the optimizer of model.compile() in its
+        own LossScaleOptimizer, whose inf/NaN check cannot see an NPU's saturated overflows;
+        nothing in such a file names a loss-scale API to port, so it would pass unremarked."""
+        if self.names_lso:
+            return
+        for call, surely, loss_scale in self.fp16_policies:
+            policy = (
+                "the mixed_float16 policy makes"
+                if surely
+                else ("this policy is chosen at run time; if it is mixed_float16, it makes")
+            )
+            keep = ""
+            if loss_scale is not None:
+                keep = (
+                    f" (its `loss_scale={code(loss_scale)}` maps onto that class's keywords as "
+                    "for the experimental LossScaleOptimizer: a number N is "
+                    "`initial_scale=N, dynamic=False`)"
+                )
+            self.file.warn(
+                call,
+                "keras-implicit-loss-scale",
+                f"{policy} Keras wrap the optimizer of model.compile() in "
+                "its own LossScaleOptimizer, whose inf/NaN check misses an NPU's saturated "
+                "overflows (saturation mode); unless it is wrapped elsewhere, wrap it yourself: "
+                "`model.compile(optimizer=npu_lossscale.keras.LossScaleOptimizer(opt), ...)` "
+                f"with an optimizer object (not a string), which Keras then leaves as it is{keep}",
+            )
+
+
+def _is_keras_training_call(call: cst.Call) -> bool:
+    """`model.compile(optimizer=...)`, `model.fit(...)`: Keras's training API on a value."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    if func.attr.value == "compile":
+        return any(
+            arg.keyword is not None and arg.keyword.value == "optimizer" for arg in call.args
+        )
+    return func.attr.value in ("fit", "fit_generator", "train_on_batch")

@@ -1,0 +1,28 @@
+"""The plan the torch analysis fills in and `rewrite.py` applies.
+
+Its own module so that the analysis, the import placement (`imports.py`) and the rewriter all
+import it from here, and none of them imports another for the type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+
+from migrator.codemods.torch.arguments import Builder
+
+
+@dataclasses.dataclass
+class TorchPlan:
+    """Everything the rewriter changes, keyed by nodes of the original tree."""
+
+    calls: dict[cst.Call, Builder] = dataclasses.field(default_factory=dict)
+    refs: dict[cst.CSTNode, str] = dataclasses.field(default_factory=dict)  # -> dotted name
+    # import statement -> indexes of its aliases to delete
+    removals: dict[cst.CSTNode, set[int]] = dataclasses.field(default_factory=dict)
+    # statement -> import lines to add after it (in its place when all of it is removed)
+    after: dict[cst.SimpleStatementLine, list[str]] = dataclasses.field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.calls or self.refs)
