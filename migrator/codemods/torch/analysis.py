@@ -27,7 +27,7 @@ from migrator.codemods.shared import arguments as shared_args
 from migrator.codemods.shared.lines import LineProvider, start_line
 from migrator.codemods.shared.parents import ParentProvider
 from migrator.codemods.shared.qualified import qualified_names
-from migrator.codemods.torch import names
+from migrator.codemods.torch import below_one, names
 from migrator.codemods.torch.arguments import builder
 from migrator.codemods.torch.imports import Conflict, ImportSite, plan_imports
 from migrator.codemods.torch.names import Kind
@@ -77,6 +77,8 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._star: str | None = None  # a torch amp module imported with `*`
         self._star_warned = False
         self._roots: set[str] = set()
+        self._guard: tuple[cst.Comparison, str] | None = None  # `get_scale() < 1e-4` somewhere
+        self._guard_warned = False
 
     # ----------------------------------------------------------------- helpers
     def line(self, node: cst.CSTNode) -> int:
@@ -97,6 +99,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
     # ----------------------------------------------------------------- imports
     def visit_Module(self, node: cst.Module) -> bool:
         self._roots, star = _torch_roots(node)
+        self._guard = below_one.scale_guard(node) if self._roots or star else None
         return bool(self._roots) or star
 
     def visit_Import(self, node: cst.Import) -> bool:
@@ -309,22 +312,35 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         if any(arg.star == "**" for arg in call.args):
             details.append("**-arguments passed on as written (they cannot hold a device)")
         add_device = "cpu" if kind is Kind.CPU else None
-        self.plan.calls[call] = builder(bound, drop=drop, by_name=by_name, add_device=add_device)
+        init = call.args[bound["init_scale"]].value if "init_scale" in bound else None
+        below = below_one.literal_below_one(init) if init is not None else None
+        floor = below_one.STOCK_FLOOR if below is not None or self._guard is not None else None
+        if floor is not None:
+            details.append(f"min_loss_scale={floor} added (torch's rule: no floor)")
+        self.plan.calls[call] = builder(
+            bound, drop=drop, by_name=by_name, add_device=add_device, floor=floor
+        )
         self._rewrite(node, call)
         self._change(call, f"{what} -> {names.PORTED}(...), settings kept; {'; '.join(details)}")
         if device_warning is not None:
             self._warn(call, device_warning, DEVICE_RULE)
-        below = (
-            _literal_below_one(call.args[bound["init_scale"]].value)
-            if "init_scale" in bound
-            else None
-        )
         if below is not None:
             self._warn(
                 call,
-                f"init_scale {below} is below 1, which torch accepts and {names.PORTED} refuses "
-                "(ValueError at start-up: a scale below 1 shrinks the gradients it should "
-                "protect); raise it to 1 or more",
+                f"init_scale {below} is below 1: the script relies on the scale going below 1, "
+                f"as torch allows; {names.PORTED}'s default floor is 1, so min_loss_scale=0 was "
+                "added to keep torch's rule (raise init_scale and drop it to keep a floor)",
+                below_one.RULE,
+            )
+        if self._guard is not None and not self._guard_warned:
+            self._guard_warned = True
+            comparison, threshold = self._guard
+            self._warn(
+                comparison,
+                f"the script checks the scale against {threshold}, below 1, where torch's scale "
+                f"may go; {names.PORTED}'s default floor of 1 would keep this from ever firing, "
+                "so min_loss_scale=0 was added to each ported scaler of this file",
+                below_one.RULE,
             )
 
     def _rewrite(self, node: cst.Name | cst.Attribute, call: cst.Call | None) -> None:
@@ -573,12 +589,6 @@ def _catches_import_error(statement: cst.Try) -> bool:
             if _dotted(value).rpartition(".")[2] in caught:
                 return True
     return False
-
-
-def _literal_below_one(value: cst.BaseExpression) -> str | None:
-    """The code of a numeric literal below 1 (`0.5`, `2 ** -4`), else None."""
-    number = shared_args.literal_value(value)
-    return _code(value) if number is not None and number < 1 else None
 
 
 def _root(node: cst.BaseExpression) -> cst.Name | None:

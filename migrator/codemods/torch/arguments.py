@@ -24,10 +24,12 @@ def builder(
     drop: str | None,
     by_name: bool,
     add_device: str | None = None,
+    floor: str | None = None,
 ) -> Builder:
     """The new argument list from the call's arguments bound to parameter names (every index
-    present): `drop` removed, positionals named when `by_name`, and `device=add_device` appended
-    (torch.cpu.amp's scaler, whose device is implied)."""
+    present): `drop` removed, positionals named when `by_name`, `device=add_device` appended
+    (torch.cpu.amp's scaler, whose device is implied), and `min_loss_scale=floor` (a script that
+    relies on the scale going below 1)."""
     names = {index: name for name, index in bound.items()}
     dropped = bound.get(drop) if drop is not None else None
 
@@ -44,6 +46,8 @@ def builder(
             out[-1] = out[-1].with_changes(comma=arguments[dropped].comma)
         if add_device is not None:
             out = append_keyword(out, "device", cst.SimpleString(f'"{add_device}"'))
+        if floor is not None:
+            out = append_keyword(out, "min_loss_scale", cst.Integer(floor))
         return out
 
     return build

@@ -422,29 +422,61 @@ def test_ported_ddp_script_trains_on_cpu_with_the_library_scaler(tmp_path: Path)
     assert max(losses[-3:]) < losses[0] / 4
 
 
-def test_an_init_scale_below_one_is_ported_with_a_warning(tmp_path: Path) -> None:
-    """torch takes init_scale=0.5; the ported class refuses a scale below 1 at start-up, so the
-    port says so on that call (and only there)."""
-    (tmp_path / "t.py").write_text(
-        "import torch\n\n"
-        "low = torch.cuda.amp.GradScaler(init_scale=2 ** -4)\n"
-        "usual = torch.cuda.amp.GradScaler(2.0**16)\n",
-        encoding="utf-8",
-    )
+BELOW_ONE = """\
+import json
+import sys
+
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+scaler = torch.amp.GradScaler("cpu", init_scale=2 ** -4, growth_interval=3)
+rows = []
+for step in range(12):
+    x = torch.full((8, 4), 1e38 if step in (2, 3, 4) else 0.5)
+    loss = model(x).sum()  # sum-reduced: overflows at any scale on the poisoned steps
+    opt.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    if scaler.get_scale() < 1e-3:
+        sys.exit("minimum loss scale reached")
+    rows.append([scaler.get_scale(), model.weight.detach().tolist()])
+print(json.dumps(rows))
+"""
+
+
+def test_a_script_relying_on_a_scale_below_one_keeps_torchs_rule(tmp_path: Path) -> None:
+    """torch's scale has no floor; ours floors at 1 by default. A script that starts below 1
+    (and stops when the scale falls under 1e-3, as fairseq does) gets min_loss_scale=0, torch's
+    rule, and a warning on each reason; it then trains exactly as under stock torch."""
+    (tmp_path / "t.py").write_text(BELOW_ONE, encoding="utf-8")
+    env = cli_env()
+
+    def train() -> list:
+        done = subprocess.run(
+            [sys.executable, "t.py"], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    stock = train()
     report = tmp_path / "report.json"
-    proc = run_cli("--report", report, tmp_path / "t.py")
-    assert proc.returncode == 0, proc.stderr
+    assert run_cli("--write", "--report", report, tmp_path / "t.py").returncode == 0
+    ported = (tmp_path / "t.py").read_text(encoding="utf-8")
+    assert 'GradScaler("cpu", init_scale=2 ** -4, growth_interval=3, min_loss_scale=0)' in ported
     warned = [
-        f
+        (f["line"], f["message"])
         for f in json.loads(report.read_text(encoding="utf-8"))["findings"]
-        if f["rule"] == "torch-grad-scaler" and f["kind"] == "warning"
+        if f["rule"] == "torch-scale-below-one" and f["kind"] == "warning"
     ]
-    assert [(f["line"], "2 ** -4" in f["message"]) for f in warned] == [(3, True)]
-    assert run_cli("--write", tmp_path / "t.py").returncode == 0
-    done = subprocess.run(
-        [sys.executable, "t.py"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
-    )
-    assert done.returncode != 0 and "init_scale" in done.stderr.strip().splitlines()[-1]
+    assert [line for line, _ in warned] == [9, 18]
+    assert "2 ** -4" in warned[0][1] and "1e-3" in warned[1][1]
+    ours = train()
+    assert [row[0] for row in ours] == [row[0] for row in stock]
+    assert min(row[0] for row in stock) < 1  # the scale really went below 1
+    assert ours == stock
 
 
 def test_device_added_to_a_one_argument_per_line_call_gets_a_line_of_its_own(
