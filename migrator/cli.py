@@ -17,7 +17,7 @@ import click
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from migrator.pipeline.runner import RunResult
+    from migrator.pipeline.outcomes import RunResult
     from migrator.sources.git_state import WorkTree
 
 EXIT_OK = 0

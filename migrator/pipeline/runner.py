@@ -14,11 +14,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from migrator.findings import Finding, MigrationResult, SourceError
+from migrator.pipeline.outcomes import FileOutcome, RunConfig, RunResult, Status
 from migrator.pipeline.writes import apply, hold_back, step_groups
 from migrator.selection.half_moves import half_applied
 from migrator.selection.horovod_sites import init_sites, name_init_sites
@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     from migrator.codemods.global_step import GlobalStepFacts
     from migrator.pipeline.transform import MigrateOptions, PreparedFile, ProjectPlan
 
-Mode = Literal["diff", "write", "output-dir"]
-Status = Literal["unchanged", "changed", "failed"]
-
 WORKER_DIED = (
     "a worker process died while porting it (killed, or a crash in the parser); left untouched: "
     "run npu-migrate again (with -j 1 to see which file is at fault)"
@@ -42,64 +39,6 @@ WORKER_DIED = (
 # A worker process costs a fork plus its share of pickling; below this many candidate files per
 # worker the pool is slower than doing the work in place.
 MIN_FILES_PER_WORKER = 4
-
-
-@dataclass
-class FileOutcome:
-    """What happened to one discovered file; `old`/`new` are kept only for migrated files."""
-
-    source: SourceFile
-    status: Status
-    findings: list[Finding] = field(default_factory=list)
-    old: bytes | None = None
-    new: bytes | None = None
-    error: str | None = None
-
-    @property
-    def path(self) -> str:
-        return self.source.display
-
-    @property
-    def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if f.kind != "change"]
-
-    @property
-    def changes(self) -> list[Finding]:
-        return [f for f in self.findings if f.kind == "change"]
-
-
-@dataclass
-class RunConfig:
-    mode: Mode = "diff"
-    output_dir: Path | None = None
-    copy_unchanged: bool = False
-    jobs: int = 1
-    distributed: str = "auto"
-    add_loss_scale: str | None = None
-    target: str = "npulossscale"
-
-
-@dataclass
-class RunResult:
-    outcomes: list[FileOutcome]
-    seconds: float
-    mode: Mode
-
-    @property
-    def scanned(self) -> int:
-        return len(self.outcomes)
-
-    @property
-    def changed(self) -> int:
-        return sum(o.status == "changed" for o in self.outcomes)
-
-    @property
-    def warnings(self) -> int:
-        return sum(len(o.warnings) for o in self.outcomes)
-
-    @property
-    def failed(self) -> int:
-        return sum(o.status == "failed" for o in self.outcomes)
 
 
 def _read(source: SourceFile) -> tuple[bytes | None, str | None]:

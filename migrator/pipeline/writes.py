@@ -24,7 +24,7 @@ from migrator.sources.files import (
 
 if TYPE_CHECKING:
     from migrator.codemods.global_step import GlobalStepPlan
-    from migrator.pipeline.runner import FileOutcome, RunConfig
+    from migrator.pipeline.outcomes import FileOutcome, RunConfig
 
 
 def step_groups(plan: GlobalStepPlan | None) -> list[list[str]]:

@@ -16,7 +16,7 @@ from migrator.report.diffing import unified_diff
 from migrator.sources.files import write_new_file
 
 if TYPE_CHECKING:
-    from migrator.pipeline.runner import FileOutcome, RunResult
+    from migrator.pipeline.outcomes import FileOutcome, RunResult
 
 REPORT_VERSION = 1
 REPORT_SUFFIXES = (".json", ".md", ".html")

@@ -22,7 +22,7 @@ from migrator.report.review_rows import Block, Hunk, enclosing_definition, layou
 
 if TYPE_CHECKING:
     from migrator.findings import Finding
-    from migrator.pipeline.runner import FileOutcome
+    from migrator.pipeline.outcomes import FileOutcome
 
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
 _ICONS = {"change": "\u270e", "warning": "\u26a0", "error": "\u2716"}

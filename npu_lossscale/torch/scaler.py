@@ -2,17 +2,13 @@
 
 Stock `torch.amp.GradScaler` has the right shape (scale / unscale_ / step / update, per-optimizer
 stages, a fused check-and-unscale kernel, one host sync per step), so this class subclasses it and
-replaces what differs on an Ascend NPU:
-
-- what counts as an overflow: both modes, as in the TF front-ends (overflow.py);
-- who decides: every rank together whenever several take part (distributed.py);
-- which optimizers a decision covers: the optimizers one backward pass wrote, not one at a time
-  (decision.py);
-- how the scale moves: the Ascend adapter's rule (npu_lossscale.rule) with a floor, where stock
-  torch lets the scale fall to 0.
-
-What stock's callers rely on beyond its public methods (its private state, the protocol of
-optimizers that unscale themselves) is in stock.py, the state dict's checks in checkpoint.py.
+replaces what differs on an Ascend NPU: what counts as an overflow (both modes, as in the TF
+front-ends: overflow.py); who decides (every rank together whenever several take part:
+distributed.py); which optimizers a decision covers (the optimizers one backward pass wrote, not
+one at a time: decision.py); how the scale moves (the Ascend adapter's rule, npu_lossscale.rule,
+with a floor, where stock torch lets the scale fall to 0). What stock's callers rely on beyond its
+public methods (its private state, the protocol of optimizers that unscale themselves) is in
+stock.py, the state dict's checks in checkpoint.py.
 
 The rule runs on the host as `DynamicRule.step` itself. The decision has to reach the host anyway
 (step() branches on it: stock's one `.item()`), so the rule costs no further synchronisation, is

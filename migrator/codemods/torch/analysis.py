@@ -25,6 +25,9 @@ from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource, Sco
 
 from migrator.codemods.shared import arguments as shared_args
 from migrator.codemods.shared.lines import LineProvider, start_line
+from migrator.codemods.shared.nodes import code as _code
+from migrator.codemods.shared.nodes import dotted as _dotted
+from migrator.codemods.shared.nodes import root as _root
 from migrator.codemods.shared.parents import ParentProvider
 from migrator.codemods.shared.qualified import qualified_names
 from migrator.codemods.torch import below_one, names
@@ -590,20 +593,3 @@ def _catches_import_error(statement: cst.Try) -> bool:
                 return True
     return False
 
-
-def _root(node: cst.BaseExpression) -> cst.Name | None:
-    while isinstance(node, cst.Attribute):
-        node = node.value
-    return node if isinstance(node, cst.Name) else None
-
-
-def _dotted(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
-    return ""
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)

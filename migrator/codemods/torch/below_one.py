@@ -12,6 +12,7 @@ from __future__ import annotations
 import libcst as cst
 
 from migrator.codemods.shared import arguments as shared_args
+from migrator.codemods.shared.nodes import code
 
 RULE = "torch-scale-below-one"
 STOCK_FLOOR = "0"  # min_loss_scale that gives torch's own rule
@@ -28,7 +29,7 @@ class _Guards(cst.CSTVisitor):
         for side in sides:
             number = shared_args.literal_value(side)
             if number is not None and 0 < number < 1:
-                self.found.append((node, cst.Module([]).code_for_node(side)))
+                self.found.append((node, code(side)))
                 return
 
 
@@ -45,7 +46,7 @@ def _reads_scale(node: cst.BaseExpression) -> bool:
 def literal_below_one(value: cst.BaseExpression) -> str | None:
     """The code of a numeric literal below 1 (`0.5`, `2 ** -4`), else None."""
     number = shared_args.literal_value(value)
-    return cst.Module([]).code_for_node(value) if number is not None and number < 1 else None
+    return code(value) if number is not None and number < 1 else None
 
 
 def scale_guard(module: cst.Module) -> tuple[cst.Comparison, str] | None:

@@ -150,11 +150,17 @@ def test_unported_lamb_reads_the_old_step_on_tensorflow_2(trees: tuple[Path, Pat
 @pytest.mark.skipif(
     not TF115.exists(), reason="the TF 1.15 stack (.venv-tf115, `make stack-venvs`) is not built"
 )
-def test_unported_script_on_tf115_is_the_reference(trees: tuple[Path, Path]) -> None:
-    """The original's fp32 run on TF 1.15's default reference variables: the read in LAMB sees
-    the step being made. (With resource variables the same unordered read sees the old step there
-    too, and writes NaN: the port must not depend on that order, and does not.)"""
-    _assert_trains_like_reference(_train(TF115, trees[0], ["lamb:ref:fp32", "adam:ref:fp32"]))
+def test_unported_script_on_tf115_is_the_reference_or_its_race(trees: tuple[Path, Path]) -> None:
+    """The original's fp32 run on TF 1.15's default reference variables. Its read of the step in
+    LAMB is unordered with the assignment outside: in most runs it sees the step being made and
+    trains exactly like the reference, but not always (2 of 16 runs on a loaded machine read 0
+    and wrote NaN). So every run is the reference or all NaN, nothing else; the port, which
+    writes the order out, is the reference every time (the tests above and below)."""
+    results = _train(TF115, trees[0], ["lamb:ref:fp32", "adam:ref:fp32"])
+    for config, rows in results.items():
+        if config.startswith("lamb") and np.isnan([r["weights"] for r in rows]).all():
+            continue  # the race lost: the read saw the old step
+        _assert_trains_like_reference({config: rows})
 
 
 @pytest.mark.skipif(
