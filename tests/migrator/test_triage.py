@@ -39,7 +39,8 @@ def test_cleared_fixture_files_are_untouched_by_the_full_pipeline(folder: Path, 
         return
     options = MigrateOptions(add_loss_scale=add)
     items = [(s.display, d) for s, d in admitted]
-    results = dict(zip([s.display for s, _ in admitted], _migrate_all(items, options, 1, list)))
+    outcomes, _ = _migrate_all(items, options, 1, list)
+    results = dict(zip([s.display for s, _ in admitted], outcomes))
     for source in cleared:
         result, error = results[source.display]
         assert error is None, source.display
