@@ -110,7 +110,7 @@ class _Collector(HTMLParser):
         self.unclosed_errors = 0
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
-        if tag not in ("meta", "br", "wbr"):
+        if tag not in ("meta", "br", "wbr"):  # void elements: never closed
             self.stack.append(tag)
 
     def handle_endtag(self, tag: str) -> None:
