@@ -15,10 +15,14 @@ $(PY):
 # find-links) instead of the registry's newest build with its CUDA packages; the `[torch]` extra's
 # range then accepts it as it is.
 TORCH_PIN ?= torch==2.13.0
+TF_KERAS_PIN ?= tf_keras~=2.21.0
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet '$(TORCH_PIN)'
 	$(PY) -m pip install --quiet -e '.[dev,tensorflow,torch]'
+	@# Keras 2 on TF 2.21 for the Keras 2 front-end's tests: without its dependencies, which name
+	@# the full `tensorflow` package (CUDA build) where tensorflow-cpu is already there.
+	$(PY) -m pip install --quiet --no-deps '$(TF_KERAS_PIN)'
 	touch $(STAMP)
 
 install: $(STAMP)

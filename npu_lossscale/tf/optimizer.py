@@ -132,7 +132,10 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
                 f"AdamOptimizer); got {opt!r}{hint}"
             )
         if not foreign_manager.is_complete(loss_scale_manager):
-            if not foreign_manager.follows_contrib_contract(loss_scale_manager):
+            # npu_lossscale.torch's managers have contrib's two method names too, over torch
+            # tensors: never a TF graph's manager.
+            torch_manager = type(loss_scale_manager).__module__.startswith("npu_lossscale.torch")
+            if torch_manager or not foreign_manager.follows_contrib_contract(loss_scale_manager):
                 raise ValueError(
                     "loss_scale_manager must be an npu_lossscale FixedLossScaleManager or "
                     "ExponentialUpdateLossScaleManager, or a manager with tf.contrib's "
