@@ -42,6 +42,13 @@ when the report has no warning for that file (the torch port's standing note abo
 strings does not count as one). `--only TEXT` runs the rows whose repository or path has TEXT
 and leaves REPORT.md alone.
 
+`--tf1-stack LABEL=PYTHON` (repeatable) imports and trains every changed TF 1 file once more with
+another interpreter, e.g. `tf1.15=/work/main/.venv-tf115/bin/python`: on TF 1.x the file runs as
+written (no tf.compat.v1 alias, reference variables, tf.contrib present); the table gets an import
+and a train column per stack. Where npu_lossscale itself does not import there, the row says so
+("FAIL npu_lossscale.tf does not import here: ...") and it counts as a failure. Every probe puts
+this repository first on PYTHONPATH, so it tests this tree's library whatever is installed.
+
 Exit status 1 when any expectation, import or training check fails.
 """
 
@@ -49,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import posixpath
 import shutil
 import subprocess
@@ -107,7 +115,16 @@ config = json.loads(sys.argv[1])
 path, tf1, scaled_source = config["path"], config["tf1"], config["scaled"]
 import ast
 import tensorflow
-import npu_lossscale.tf  # the library's own TF 2 imports, before the TF 1 alias below
+# On TF 1.x (TF 1.15, reference variables by default) a TF 1 file runs as written: no alias
+# (tf.contrib is not under tf.compat.v1), no disable_v2_behavior: the variables are TF 1's kind.
+native = tensorflow.__version__.startswith("1.")
+try:
+    import npu_lossscale.tf  # the library's own TF 2 imports, before the TF 1 alias below
+except Exception as error:  # the library itself does not import on this stack
+    first = (str(error).splitlines() or [""])[0][:160]
+    print(json.dumps({"import": f"FAIL npu_lossscale.tf does not import here: "
+                      f"{type(error).__name__}: {first}", "train": "-", "tf1": True}))
+    sys.exit(0)
 # A file that names a symbol only TF 1's API has (tf.flags, tf.get_variable, tf.Session...) is TF 1
 # code even where it also spells some calls tf.compat.v1.*, as TF 1.15 scripts often do.
 tree = ast.parse(open(path, "rb").read())
@@ -122,14 +139,14 @@ v1_import = any(a.name == "tensorflow.compat.v1" for n in ast.walk(tree)
                 if isinstance(n, ast.Import) for a in n.names) or any(
     n.module == "tensorflow.compat" and any(a.name == "v1" for a in n.names)
     for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
-if tf1:
+if tf1 and not native:
     v1 = tensorflow.compat.v1
     v1.disable_v2_behavior()
     sys.modules["tensorflow"] = v1
 """
     + _LOAD
     + r"""
-result = {"import": "ok", "train": "n/a"}
+result = {"import": "ok", "train": "n/a", "tf1": bool(tf1 or v1_import)}
 try:
     module = load()
 except ModuleNotFoundError as error:
@@ -284,6 +301,7 @@ class Row:
     failures: list[str] = field(default_factory=list)
     imported: str = "-"
     trained: str = "-"
+    stacks: dict[str, tuple[str, str]] = field(default_factory=dict)  # label: (import, train)
 
     @property
     def folder(self) -> str:
@@ -304,10 +322,17 @@ def read_manifest(path: Path) -> list[Row]:
     return rows
 
 
+def git_dir_of(mirrors: Path, folder: str) -> Path:
+    """The mirror's git directory: a bare `repo`, or the `.git` of a `repo` work tree (the fetch
+    tool leaves either)."""
+    repo = mirrors / folder / "repo"
+    return repo / ".git" if (repo / ".git").is_dir() else repo
+
+
 def materialize(rows: list[Row], snapshot: Path, mirrors: Path) -> None:
     missing = set()
     for row in rows:
-        git_dir = mirrors / row.folder / "repo"
+        git_dir = git_dir_of(mirrors, row.folder)
         if not git_dir.exists():
             missing.add(row.repo)
             continue
@@ -364,7 +389,7 @@ def materialize_extras(projects: list[Project], snapshot: Path, mirrors: Path) -
     """Write each project's sibling files under SNAPSHOT/.extras/owner+name/, outside what is
     ported, so the port's input (and so every expectation) stays the manifest's files alone."""
     for project in projects:
-        git = ["git", f"--git-dir={mirrors / project.folder / 'repo'}"]
+        git = ["git", f"--git-dir={git_dir_of(mirrors, project.folder)}"]
         wanted = [posixpath.normpath(posixpath.join(project.root, p)) for p in project.paths]
         listed = subprocess.run(
             [*git, "ls-tree", "-r", "--name-only", project.commit, "--", *wanted],
@@ -461,9 +486,16 @@ def check(row: Row, original: bytes, ported: bytes, warnings: set[str]) -> None:
 
 
 def _probe_one(
-    path: Path, project: Project | None, tree: Path, torch: bool, import_only: bool
+    path: Path,
+    project: Project | None,
+    tree: Path,
+    torch: bool,
+    import_only: bool,
+    python: str = sys.executable,
 ) -> dict[str, str]:
-    """Run one probe process on one file of a tree (ported or original) and return its result."""
+    """Run one probe process on one file of a tree (ported or original) with one interpreter and
+    return its result. This repository goes first on PYTHONPATH, so the probe imports this tree's
+    npu_lossscale, not whatever an interpreter has installed."""
     source = path.read_text(encoding="utf-8", errors="replace")
     tf1 = "compat.v1" not in source and "import tensorflow" in source
     if "import tensorflow" not in source and "from tensorflow" not in source:
@@ -480,31 +512,37 @@ def _probe_one(
                 (alias / project.package).symlink_to(root.resolve(), target_is_directory=True)
             root, parts = alias, [project.package, *parts]
         config.update(root=str(root), module=".".join(parts))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _TORCH_PROBE if torch else _PROBE, json.dumps(config)],
+            [python, "-c", _TORCH_PROBE if torch else _PROBE, json.dumps(config)],
             capture_output=True,
             text=True,
             timeout=240,
             cwd=config["root"] or path.parent,
+            env=env,
         )
         result = json.loads(done.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, IndexError, json.JSONDecodeError) as error:
         result = {"import": f"FAIL probe: {type(error).__name__}", "train": "-"}
-    return {k: v.replace(str(tree), "<tree>") for k, v in result.items()}
+    return {
+        k: v.replace(str(tree), "<tree>") if isinstance(v, str) else v for k, v in result.items()
+    }
 
 
-def probe(row: Row, trees: tuple[Path, Path], warnings: set[str], project: Project | None) -> None:
-    """Import the ported file in a fresh process (from its project root where extras.tsv names
-    one, so its real siblings import) and train its create_optimizer where it has one. A ported
-    file that fails to import is compared with the original in the same place: where the original
-    fails the same way, the port is not the cause (the file needs an API TF 2.21 lacks), n/a."""
+def _probe_compared(
+    row: Row, trees: tuple[Path, Path], project: Project | None, torch: bool, python: str
+) -> dict[str, str]:
+    """Probe the ported file with one interpreter; where it fails to import, probe the original
+    in the same place: where the original fails the same way, the port is not the cause (the
+    file needs an API that stack lacks), n/a."""
     ported_tree, original_tree = trees
-    source = (ported_tree / row.path).read_text(encoding="utf-8", errors="replace")
-    torch = "npu_lossscale.torch" in source
-    result = _probe_one(ported_tree / row.path, project, ported_tree, torch, False)
+    result = _probe_one(ported_tree / row.path, project, ported_tree, torch, False, python)
+    if result["import"].startswith("FAIL npu_lossscale"):  # the library, not the file: no n/a
+        return result
     if result["import"].startswith("FAIL"):
-        before = _probe_one(original_tree / row.path, project, original_tree, torch, True)
+        before = _probe_one(original_tree / row.path, project, original_tree, torch, True, python)
         at = f" at {result['where']}" if result.get("where") else ""
         if before["import"] == result["import"]:
             result["import"] = f"n/a (fails unported too: {result['import'][5:]}{at})"
@@ -512,13 +550,41 @@ def probe(row: Row, trees: tuple[Path, Path], warnings: set[str], project: Proje
             result["import"] += f"{at} (unported imports)"
         else:
             result["import"] += f"{at} (unported: {before['import']})"
+    return result
+
+
+def probe(
+    row: Row,
+    trees: tuple[Path, Path],
+    warnings: set[str],
+    project: Project | None,
+    tf1_stacks: dict[str, str],
+) -> None:
+    """Import the ported file in a fresh process (from its project root where extras.tsv names
+    one, so its real siblings import) and train its create_optimizer where it has one, under TF
+    2.21 (or torch); a TF 1 file is then imported and trained again on every stack of tf1_stacks
+    (label: interpreter), e.g. TF 1.15 with reference variables, as it runs there."""
+    source = (trees[0] / row.path).read_text(encoding="utf-8", errors="replace")
+    torch = "npu_lossscale.torch" in source
+    result = _probe_compared(row, trees, project, torch, sys.executable)
     row.imported, row.trained = result["import"], result["train"]
-    for what, value in (("import", row.imported), ("train", row.trained)):
+    checked = [("import", row.imported), ("train", row.trained)]
+    for label, python in tf1_stacks.items() if result.get("tf1") and not torch else ():
+        other = _probe_compared(row, trees, project, False, python)
+        row.stacks[label] = (other["import"], other["train"])
+        checked += [(f"import on {label}", other["import"]), (f"train on {label}", other["train"])]
+    for what, value in checked:
         if value.startswith("FAIL") and not warnings - _STANDING_NOTES:
             row.failures.append(f"{what} failed with no warning: {value}")
 
 
-def run(snapshot: Path, rows: list[Row], projects: list[Project], report: bool = True) -> int:
+def run(
+    snapshot: Path,
+    rows: list[Row],
+    projects: list[Project],
+    report: bool = True,
+    tf1_stacks: dict[str, str] | None = None,
+) -> int:
     with tempfile.TemporaryDirectory() as temp:
         work = Path(temp)
         reports = {}
@@ -547,24 +613,27 @@ def run(snapshot: Path, rows: list[Row], projects: list[Project], report: bool =
             check(row, original, ported, warnings)
             if ported != original and row.path.endswith(".py"):
                 trees = (work / "out" / tag, work / "original" / row.folder)
-                probe(row, trees, warnings, project_of(row, projects))
-    table = render(rows)
+                probe(row, trees, warnings, project_of(row, projects), tf1_stacks or {})
+    table = render(rows, list(tf1_stacks or {}))
     print(table)
     if report:
         (snapshot / "REPORT.md").write_text(table + "\n", encoding="utf-8")
     return 1 if any(r.failures for r in rows) else 0
 
 
-def render(rows: list[Row]) -> str:
+def render(rows: list[Row], stacks: list[str] | None = None) -> str:
+    stacks = stacks or []
+    extra = "".join(f" import on {s} | train on {s} |" for s in stacks)
     lines = [
-        "| repository | file | kind | expectations | import | train | why it fails |",
-        "|---|---|---|---|---|---|---|",
+        f"| repository | file | kind | expectations | import | train |{extra} why it fails |",
+        "|---|---|---|---|---|---|" + "---|" * (2 * len(stacks)) + "---|",
     ]
     for row in rows:
         passed = len(row.expect) - sum(f.startswith("expected") for f in row.failures)
+        cells = "".join(" {} | {} |".format(*row.stacks.get(s, ("-", "-"))) for s in stacks)
         lines.append(
             f"| {row.repo} | {row.path} | {row.kind} | {passed}/{len(row.expect)} | "
-            f"{row.imported} | {row.trained} | {'; '.join(row.failures) or ''} |"
+            f"{row.imported} | {row.trained} |{cells} {'; '.join(row.failures) or ''} |"
         )
     bad = sum(1 for r in rows if r.failures)
     repos = len({r.repo for r in rows})
@@ -581,7 +650,16 @@ def main() -> int:
     parser.add_argument("--manifest", type=Path, default=MANIFEST)
     parser.add_argument("--extras", type=Path, default=EXTRAS)
     parser.add_argument("--only", help="run only the rows whose repository or path has this text")
+    parser.add_argument(
+        "--tf1-stack",
+        action="append",
+        default=[],
+        metavar="LABEL=PYTHON",
+        help="also import and train every changed TF 1 file with this interpreter (e.g. "
+        "tf1.15=/work/main/.venv-tf115/bin/python: TF 1.15, reference variables); repeatable",
+    )
     args = parser.parse_args()
+    tf1_stacks = dict(s.split("=", 1) for s in args.tf1_stack)
     rows = read_manifest(args.manifest)
     projects = read_extras(args.extras)
     if args.materialize:
@@ -591,7 +669,7 @@ def main() -> int:
         materialize_extras(projects, args.snapshot, args.mirrors)
     if args.only:  # a partial run prints its table but leaves REPORT.md as the full run wrote it
         rows = [r for r in rows if args.only in r.repo or args.only in r.path]
-    return run(args.snapshot, rows, projects, report=not args.only)
+    return run(args.snapshot, rows, projects, report=not args.only, tf1_stacks=tf1_stacks)
 
 
 if __name__ == "__main__":
