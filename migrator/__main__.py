@@ -1,6 +1,6 @@
-"""`python -m migrator` is the same command as `npu-migrate`."""
+"""`python -m migrator` is the same command as `npu-migrate` (the Python check first)."""
 
-from migrator.cli import main
+from migrator._python_check import main
 
 if __name__ == "__main__":
     main()
