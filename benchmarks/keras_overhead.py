@@ -1,5 +1,10 @@
 """Per-step cost of npu_lossscale.keras.LossScaleOptimizer in model.fit, against Keras's own.
 
+Runs on the Keras the process runs: Keras 3 (TF 2.16+), or Keras 2 (TF 2.6.5's tf.keras, or
+tf_keras with TF_USE_LEGACY_KERAS=1), where the rows compare our Keras 2 class with Keras 2's
+own LossScaleOptimizer over a classic (``optimizers.legacy``) SGD and there is no pure-* row
+(the Keras 2 class does not use the fused op).
+
 Six models, identical but for the optimizer: the bare inner optimizer, Keras's
 `keras.mixed_precision.LossScaleOptimizer`, and ours in INF_NAN and in saturation mode, all over
 the same inner optimizer; ours twice, as shipped (on CPU with the fused check-and-unscale op,
@@ -26,19 +31,28 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402  (the log level must be set before TensorFlow loads)
-import numpy as np  # noqa: E402
+import numpy as np  # noqa: E402  (the log level must be set before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
 
 from npu_lossscale import _build_cache  # noqa: E402
 from npu_lossscale.keras import LossScaleOptimizer  # noqa: E402
+from npu_lossscale.keras.select import keras2, keras_generation  # noqa: E402
 from npu_lossscale.tf import kernels  # noqa: E402
+
+KERAS2 = keras_generation() == 2
+if KERAS2:
+    keras = keras2()
+    _OPTIMIZERS = getattr(keras.optimizers, "legacy", keras.optimizers)  # the classic ones
+else:
+    import keras
+
+    _OPTIMIZERS = keras.optimizers
 
 BATCH = 64
 
 
 def _model(width: int, depth: int, optimizer: keras.optimizers.Optimizer) -> keras.Model:
-    keras.utils.set_random_seed(0)
+    getattr(keras.utils, "set_random_seed", tf.random.set_seed)(0)  # Keras 2.6 lacks it
     layers = [keras.Input((width,))]
     layers += [keras.layers.Dense(width, activation="tanh") for _ in range(depth)]
     layers += [keras.layers.Dense(1)]
@@ -64,16 +78,18 @@ def _ratio_with_interval(per: dict[str, list[float]], ours: str) -> tuple[float,
 
 def _configurations() -> dict[str, keras.optimizers.Optimizer]:
     def inner() -> keras.optimizers.Optimizer:
-        return keras.optimizers.SGD(1e-3, momentum=0.9)
+        return _OPTIMIZERS.SGD(1e-3, momentum=0.9)
 
-    return {
+    configurations = {
         "bare": inner(),
         "keras": keras.mixed_precision.LossScaleOptimizer(inner()),
         "ours-inf_nan": LossScaleOptimizer(inner(), overflow_mode="inf_nan"),
         "ours-saturation": LossScaleOptimizer(inner(), overflow_mode="saturation"),
-        "pure-inf_nan": LossScaleOptimizer(inner(), overflow_mode="inf_nan"),
-        "pure-saturation": LossScaleOptimizer(inner(), overflow_mode="saturation"),
     }
+    if not KERAS2:
+        configurations["pure-inf_nan"] = LossScaleOptimizer(inner(), overflow_mode="inf_nan")
+        configurations["pure-saturation"] = LossScaleOptimizer(inner(), overflow_mode="saturation")
+    return configurations
 
 
 @contextlib.contextmanager
@@ -135,6 +151,7 @@ def main() -> None:
             for clock, read in clocks.items():
                 times[clock][name].append((read() - start[clock]) / args.steps)
 
+    print(f"Keras {keras.__version__}, TensorFlow {tf.__version__}")
     print(
         f"model.fit, {args.depth}x{args.width} MLP, batch {BATCH}, {args.steps} steps per fit, "
         f"{args.rounds} interleaved rounds (medians; overhead = paired difference to bare)"
@@ -158,7 +175,7 @@ def main() -> None:
                 f"  {name:16s} {statistics.median(per[name]) * 1e6:8.1f} us/step, "
                 f"overhead {overhead * 1e6:7.1f} us/step"
             )
-        for ours in ("ours", "pure"):
+        for ours in ("ours",) if KERAS2 else ("ours", "pure"):
             for mode, target in (("inf_nan", 1.0), ("saturation", 1.3)):
                 ratio, low, high = _ratio_with_interval(per, f"{ours}-{mode}")
                 print(

@@ -335,6 +335,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         if tf.distribute.in_cross_replica_context() and tf.distribute.has_strategy():
             raise ValueError("apply() must be called in a replica context.")
         grads_unscaled = self._gradients_come_unscaled()
+        scale = tf.convert_to_tensor(self.dynamic_scale.value)
         self._applied_scaled = self._applied_scaled or not grads_unscaled
         if grads_unscaled:
             # They carry a saturated element as inf (see get_unscaled_gradients).
@@ -344,12 +345,11 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 self._trainable_variables if trainable_variables is None else trainable_variables
             )
             divide = [not self._overwrite_variable_with_gradient(v) for v in targets]
-            scale = tf.convert_to_tensor(self.dynamic_scale.value)
             grads, finite = unscale_and_check(grads, divide, scale, self.overflow_mode)
-            # The check judges the scaled values; a restored scale of 0 (or a denormal) leaves
-            # them clean and their unscaled values NaN: such a step is skipped, and the rule
-            # puts the scale back to the floor (scale_repair).
-            finite = tf.logical_and(finite, scale_repair.usable(scale, self._rule.min_loss_scale))
+        # A restored scale that cannot be used (0 or a denormal, which the check of the scaled
+        # values lets through while unscaling makes NaN; below the floor; inf): the step is
+        # skipped, and the rule's overflow side puts the scale back to the floor (scale_repair).
+        finite = tf.logical_and(finite, scale_repair.usable(scale, self._rule.min_loss_scale))
         finite = agreed_finite(finite, self.is_distributed)
         context = distributed._strategy_replica_context()
         if context is None:
@@ -413,15 +413,14 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         track_bad = self._rule.decr_every_n_nan_or_inf > 1
         track_floor = self._rule.max_skipped_steps_at_floor is not None
 
-        # A restored scale that cannot be used (0, a denormal, below the floor, inf: see
-        # scale_repair) is put back to the floor where the rule reads it anyway.
-        floor = self._rule.min_loss_scale
         stored = read(self.dynamic_scale.value)
-        fine = scale_repair.usable(stored, floor)
 
         def repaired() -> tf.Tensor:
+            # _tf_apply skips every step whose scale is unusable, so only this overflow side
+            # can meet one: it goes back to the floor (scale_repair), with a warning.
+            floor = self._rule.min_loss_scale
             return tf.cond(
-                fine,
+                scale_repair.usable(stored, floor),
                 lambda: tf.identity(stored),
                 lambda: scale_repair.warn_and_reset(self.dynamic_scale, stored, floor, _WHO),
             )
@@ -450,16 +449,10 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             # every node of the branch not taken still costs the executor a little each step.
             if track_floor:
                 self.skips_at_floor.assign(tf.constant(0, tf.int64))
-            growing = tf.logical_or(
-                read(self.step_counter.value) + 1 >= self._rule.incr_every_n_steps,
-                tf.logical_not(fine),
-            )
+            growing = read(self.step_counter.value) + 1 >= self._rule.incr_every_n_steps
 
             def grow() -> None:
-                # An unusable scale takes this branch too: it goes to the floor, not grown.
-                self.dynamic_scale.assign(
-                    tf.where(fine, grown_scale(self._rule, stored), repaired())
-                )
+                self.dynamic_scale.assign(grown_scale(self._rule, stored))
                 self.step_counter.assign(tf.constant(0, tf.int64))
                 if track_bad:
                     self.bad_steps.assign(tf.constant(0, tf.int64))
