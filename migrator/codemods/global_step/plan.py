@@ -31,13 +31,14 @@ from migrator.codemods.global_step.edit import (
     template,
 )
 from migrator.codemods.global_step.model import NEW_STEP, ClassState, ModuleAnalysis, OptimizerRef
+from migrator.codemods.shared import rules
 from migrator.findings import Finding
 from migrator.selection.prefilter import (
     GLOBAL_STEP_TRIGGERS as GLOBAL_STEP_TRIGGERS,  # contract name
 )
 
-MOVE = "global-step-move"
-MANUAL = "global-step-manual"
+MOVE = rules.GLOBAL_STEP_MOVE
+MANUAL = rules.GLOBAL_STEP_MANUAL
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import libcst as cst
 
-from migrator.codemods.shared import api
+from migrator.codemods.shared import api, rules
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.api import Kind
 from migrator.codemods.shared.context import FileContext
@@ -34,7 +34,7 @@ from migrator.codemods.shared.nodes import Parent
 from migrator.codemods.shared.plan import Builder
 from migrator.codemods.tf1.sites import LossScaleObject
 
-RULE = "keras-loss-scale-optimizer"
+RULE = rules.KERAS_LOSS_SCALE_OPTIMIZER
 TARGET = f"{api.KERAS_MODULE}.LossScaleOptimizer"
 _KEYWORDS = ("inner_optimizer", "dynamic", "initial_scale", "dynamic_growth_steps", "name")
 # The inner optimizer's parameter name in each spelling.
@@ -137,7 +137,7 @@ class KerasPort:
                 f"`{what}` is used as a value (subclassed, stored or passed), not constructed; "
                 "port this use to npu_lossscale.keras.LossScaleOptimizer by hand"
             )
-        a.warn(node, "unported-api", reason)
+        a.warn(node, rules.UNPORTED_API, reason)
 
     # ----------------------------------------------------------------- deciding
     def finish(self) -> None:
@@ -154,7 +154,7 @@ class KerasPort:
         if problem is None and site.spelling != "keras":
             scale, problem = self._loss_scale(site)
         if problem is not None:
-            rule = "graph-rewrite" if site.spelling == "graph-rewrite" else RULE
+            rule = rules.GRAPH_REWRITE if site.spelling == "graph-rewrite" else RULE
             a.report(site.line, rule, f"`{what}(...)` left unchanged: {problem}", "warning")
             return
         self._unseen_inner(site)
@@ -164,13 +164,13 @@ class KerasPort:
             extra = f", is_distributed={a.code(value)} because {why}"
         else:
             extra = f", no is_distributed because {why}" if why else ""
-        rule = "graph-rewrite" if site.spelling == "graph-rewrite" else RULE
+        rule = rules.GRAPH_REWRITE if site.spelling == "graph-rewrite" else RULE
         message = f"`{what}(...)` -> {TARGET}(...){_detail(site, scale)}{extra}"
         a.report(site.line, rule, message)
         if site.spelling == "graph-rewrite":
             a.report(
                 site.line,
-                "graph-rewrite",
+                rules.GRAPH_REWRITE,
                 f"{api.PORTED_REWRITE_NOTE}; TensorFlow's fp16 graph "
                 "rewrite is no longer switched on, so the model computes in float32 unless "
                 "the script sets a mixed_float16 dtype policy "
@@ -193,7 +193,7 @@ class KerasPort:
             )
         a.warn(
             inner,
-            "optimizer-kind-unknown",
+            rules.OPTIMIZER_KIND_UNKNOWN,
             f"cannot see how `{_one_line(a.code(inner))}` is built{assumed}; "
             "npu_lossscale.keras.LossScaleOptimizer wraps Keras 3 optimizers only, so it raises "
             "ValueError at start-up if this is a Keras 2 one (tf_keras, optimizers.legacy, "

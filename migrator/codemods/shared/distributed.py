@@ -14,7 +14,9 @@ from collections.abc import Callable, Collection, Iterator
 import libcst as cst
 from libcst.metadata import Assignment, FunctionScope, GlobalScope, Scope
 
+from migrator.codemods.shared import nodes
 from migrator.codemods.shared.api import is_horovod_module
+from migrator.codemods.shared.nodes import Parent
 
 # Attributes only Horovod's module has. A function parameter used with one of them is Horovod
 # handed in (NVIDIA's BERT: `create_optimizer(..., hvd=None)`), which no import resolves.
@@ -30,7 +32,6 @@ _HOROVOD_ONLY_ATTRIBUTES = frozenset(
 )
 
 Canonical = Callable[[cst.CSTNode], "str | None"]
-Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
 
 
 @dataclasses.dataclass
@@ -103,11 +104,7 @@ def _negated(test: cst.Comparison) -> cst.BaseExpression:
     """`hvd.size() != 1` for `hvd.size() == 1`: the multi-worker test, written as a comparison."""
     target = test.comparisons[0]
     symbol = _NEGATED[_OPERATORS[type(target.operator)]]
-    return cst.parse_expression(f"{_code(test.left)} {symbol} {_code(target.comparator)}")
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
+    return cst.parse_expression(f"{nodes.code(test.left)} {symbol} {nodes.code(target.comparator)}")
 
 
 def _conjuncts(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -135,7 +132,7 @@ def _branch_decision(node: cst.CSTNode, parent: Parent, canonical: Canonical) ->
 
 
 def _decide(test: cst.BaseExpression, in_else: bool, canonical: Canonical) -> Decision | None:
-    code = _code(test)
+    code = nodes.code(test)
     direction = size_test_direction(test, canonical)
     if direction and (direction > 0) == in_else:
         return None, f"it is built in the single-worker branch of `if {code}:`"
@@ -152,7 +149,7 @@ def _decide(test: cst.BaseExpression, in_else: bool, canonical: Canonical) -> De
         if in_else:
             return None, f"it is built in the `else` branch of `if {code}:`"
         multi = parts[directions.index(1)]
-        return multi.deep_clone(), f"the enclosing `if` tests the world size ({_code(multi)})"
+        return multi.deep_clone(), f"the enclosing `if` tests the world size ({nodes.code(multi)})"
     if -1 in directions and not in_else:
         return None, f"it is built in the single-worker branch of `if {code}:`"
     return None
@@ -190,7 +187,7 @@ def _condition(guards: list[tuple[cst.If, bool]]) -> cst.BaseExpression:
     for statement, in_else in reversed(guards):
         test = statement.test.deep_clone()
         if in_else:
-            text = _code(test)
+            text = nodes.code(test)
             simple = isinstance(test, (cst.Name, cst.Attribute, cst.Call))
             test = cst.parse_expression(f"not {text}" if simple else f"not ({text})")
         elif isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
@@ -234,11 +231,11 @@ def _wrapper_decision(call: cst.Call, facts: DistributedFacts, parent: Parent) -
         if not own:
             return cst.Name("True"), "this function always wraps the optimizer for Horovod"
         conditions.append(_condition(own))
-    codes = {_code(c) for c in conditions}
+    codes = {nodes.code(c) for c in conditions}
     if len(codes) != 1:
         return None
     condition = conditions[0]
-    return condition, f"Horovod wraps the optimizer only when `{_code(condition)}`"
+    return condition, f"Horovod wraps the optimizer only when `{nodes.code(condition)}`"
 
 
 def _init_decision(facts: DistributedFacts, scope: Scope | None, parent: Parent) -> Decision | None:
@@ -252,13 +249,13 @@ def _init_decision(facts: DistributedFacts, scope: Scope | None, parent: Parent)
         inits = [
             c
             for c in facts.init_calls
-            if isinstance(c.func, cst.Attribute) and _code(c.func.value) == alias
+            if isinstance(c.func, cst.Attribute) and nodes.code(c.func.value) == alias
         ]
         guarded = [_guards(c, parent) for c in inits]
         size = f"{alias}.size() > 1"
         if any(not g for g in guarded):
             return cst.parse_expression(size), f"the file trains with Horovod ({size} at run time)"
-        codes = {_code(_condition(g)) for g in guarded}
+        codes = {nodes.code(_condition(g)) for g in guarded}
         if len(codes) == 1 and _global_names_only(_condition(guarded[0]), scope):
             (condition,) = codes
             value = cst.parse_expression(f"{condition} and {size}")

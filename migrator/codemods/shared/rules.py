@@ -38,6 +38,7 @@ TORCH_GRAD_SCALER = "torch-grad-scaler"
 TORCH_NPU = "torch-npu"
 TORCH_DEVICE = "torch-device"
 TORCH_IMPORT = "torch-import"
+TORCH_SCALE_BELOW_ONE = "torch-scale-below-one"
 
 # ----------------------------------------------------------------- cross-cutting rewrites
 GLOBAL_STEP_MOVE = "global-step-move"
@@ -45,3 +46,9 @@ GLOBAL_STEP_MANUAL = "global-step-manual"
 ADD_LOSS_SCALE = "add-loss-scale"
 ADD_LOSS_SCALE_MANUAL = "add-loss-scale-manual"
 ADD_LOSS_SCALE_UNSCALED = "add-loss-scale-unscaled"
+
+# ----------------------------------------------------------------- output targets
+TARGET_NPU_BRIDGE = "target-npu-bridge"
+TARGET_NPU_BRIDGE_LOST = "target-npu-bridge-lost"
+TARGET_NPU_BRIDGE_UNSUPPORTED = "target-npu-bridge-unsupported"
+TARGET_NPU_BRIDGE_DISTRIBUTED = "target-npu-bridge-distributed"

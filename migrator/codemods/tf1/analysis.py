@@ -27,7 +27,7 @@ import dataclasses
 import libcst as cst
 
 from migrator.codemods.keras.port import KerasPort, Tf1Facts
-from migrator.codemods.shared import api
+from migrator.codemods.shared import api, rules
 from migrator.codemods.shared.api import Kind
 from migrator.codemods.shared.context import METADATA, FileContext
 from migrator.codemods.shared.imports import ImportPlan
@@ -164,14 +164,14 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             f
             for f in self.file.findings
             if f.kind != "change"
-            and f.rule not in ("optimizer-kind-unknown", "distributed-unverified")
+            and f.rule not in (rules.OPTIMIZER_KIND_UNKNOWN, rules.DISTRIBUTED_UNVERIFIED)
             and not f.message.startswith(api.PORTED_REWRITE_NOTE)
         ]
         for f in changes:
             self.file.findings.append(
                 dataclasses.replace(
                     f,
-                    rule="npu-bridge",
+                    rule=rules.NPU_BRIDGE,
                     kind="warning",
                     message=f"not changed because the file already uses npu_bridge: {f.message}",
                 )

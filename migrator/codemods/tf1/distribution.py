@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from migrator.codemods.shared import api
+from migrator.codemods.shared import api, rules
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.distributed import (
     DistributedFacts,
@@ -92,7 +92,7 @@ class Distribution:
         if self.facts.horovod_imported and not self.facts.initialised and _is_true(value):
             self.file.warn(
                 call,
-                "distributed-unverified",
+                rules.DISTRIBUTED_UNVERIFIED,
                 "is_distributed=True: the file uses Horovod but never calls hvd.init(); the "
                 "optimizer raises at graph build unless Horovod is initialised first (e.g. by "
                 "the runner). If the script also runs without Horovod, pass the condition it "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import Assignment
 
-from migrator.codemods.shared import api
+from migrator.codemods.shared import api, rules
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.api import Kind
 from migrator.codemods.shared.context import FileContext
@@ -48,12 +48,14 @@ class LossScaleObjects:
         if call is None:
             self.file.edits.refs[node] = target
             self.file.site(node, node, target)
-            self.file.change(node, "contrib-manager", f"`{code(node)}` -> {target}")
+            self.file.change(node, rules.CONTRIB_MANAGER, f"`{code(node)}` -> {target}")
             return
         self.file.edits.calls[call] = CallEdit(target)
         self.file.site(call, node, target)
         self.file.change(
-            call, "contrib-manager", f"`{code(node)}(...)` -> {target}(...), arguments unchanged"
+            call,
+            rules.CONTRIB_MANAGER,
+            f"`{code(node)}(...)` -> {target}(...), arguments unchanged",
         )
         if kind is Kind.CONTRIB_DYNAMIC:
             self._dynamic_calls.append(call)
@@ -62,7 +64,7 @@ class LossScaleObjects:
         if call is None:
             self.file.warn(
                 node,
-                "unported-api",
+                rules.UNPORTED_API,
                 f"`{code(node)}` is used as a value, not constructed; the NPU managers are a "
                 "different type, port this use by hand",
             )
@@ -183,4 +185,4 @@ class LossScaleObjects:
 
 
 def _ctor_rule(kind: Kind) -> str:
-    return "tf-dynamic-loss-scale" if kind is Kind.TF_DYNAMIC else "tf-fixed-loss-scale"
+    return rules.TF_DYNAMIC_LOSS_SCALE if kind is Kind.TF_DYNAMIC else rules.TF_FIXED_LOSS_SCALE

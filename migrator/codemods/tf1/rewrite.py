@@ -11,18 +11,19 @@ disappearing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TypeVar
 
 import libcst as cst
 
 from migrator.codemods.shared.api import LIBRARY
 from migrator.codemods.shared.imports import ImportPlan
+from migrator.codemods.shared.nodes import code
 from migrator.codemods.shared.plan import Edits
+from migrator.codemods.shared.rewriting import PlannedRewriter, comments_of
 
-_ImportT = TypeVar("_ImportT", cst.Import, cst.ImportFrom)
 
+class PlanRewriter(PlannedRewriter):
+    """Applies an `Edits` plan and an `ImportPlan`; `names` are the local names of the classes."""
 
-class PlanRewriter(cst.CSTTransformer):
     def __init__(
         self,
         edits: Edits,
@@ -30,20 +31,15 @@ class PlanRewriter(cst.CSTTransformer):
         names: Mapping[str, str],
         parents: Mapping[cst.CSTNode, cst.CSTNode],
     ) -> None:
-        super().__init__()
+        super().__init__(_planned_nodes(edits, imports), parents, edits.removals)
         self.edits = edits
         self.imports = imports
         self.names = names
-        self._enter = _with_ancestors(_planned_nodes(edits, imports), parents)
         self._updated: dict[int, cst.BaseStatement] = {}
         # Keyed by id() but holding the node itself: a freed node's id can be reused by a node
         # built later, which would then be dropped in its place (user code lost).
         self._dropped: dict[int, cst.SimpleStatementLine] = {}
         self._hoisted: dict[int, cst.BaseStatement] = {}
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        # A subtree with no planned node comes back unchanged: no need to walk it.
-        return node in self._enter and super().on_visit(node)
 
     # ----------------------------------------------------------------- expressions
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -85,7 +81,7 @@ class PlanRewriter(cst.CSTTransformer):
             )
         extra = self.imports.merge.get(original)
         if not extra or isinstance(updated.names, cst.ImportStar):
-            return self._drop_aliases(original, updated)
+            return self.drop_aliases(original, updated)
         aliases = list(updated.names) + [
             cst.ImportAlias(
                 name=cst.Name(n),
@@ -93,24 +89,9 @@ class PlanRewriter(cst.CSTTransformer):
             )
             for n, local in extra
         ]
-        aliases.sort(key=lambda a: cst.Module([]).code_for_node(a.name))
+        aliases.sort(key=lambda a: code(a.name))
         aliases = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in aliases]
         return updated.with_changes(names=aliases)
-
-    def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:
-        return self._drop_aliases(original, updated)
-
-    def _drop_aliases(self, original: cst.CSTNode, updated: _ImportT) -> _ImportT:
-        gone = self.edits.removals.get(original)
-        if not gone or isinstance(updated.names, cst.ImportStar):
-            return updated
-        kept = [a for i, a in enumerate(updated.names) if i not in gone]
-        if not kept:
-            return updated  # the whole line goes; see leave_SimpleStatementLine
-        parenthesized = isinstance(updated, cst.ImportFrom) and updated.lpar is not None
-        if not parenthesized or max(gone) == len(updated.names) - 1:
-            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated.with_changes(names=kept)
 
     def leave_SimpleStatementLine(
         self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
@@ -140,9 +121,7 @@ class PlanRewriter(cst.CSTTransformer):
     def _fully_removed(self, small: cst.BaseSmallStatement) -> bool:
         if self._rebinds(small):
             return False
-        gone = self.edits.removals.get(small)
-        names = getattr(small, "names", None)
-        return bool(gone) and isinstance(names, Sequence) and len(gone) == len(names)
+        return self.emptied(small)
 
     # ----------------------------------------------------------------- hoisting
     def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
@@ -187,7 +166,7 @@ class PlanRewriter(cst.CSTTransformer):
                 hoisted = self._hoisted.get(id(old))
                 added.extend([hoisted, new] if hoisted is not None else [new])
             else:
-                carried.extend(_comments_of(new))
+                carried.extend(comments_of(new))
             added.extend(after)
             if added and carried:
                 added[0] = _with_leading(added[0], carried)
@@ -222,27 +201,6 @@ def _planned_nodes(edits: Edits, imports: ImportPlan) -> Iterable[cst.CSTNode]:
     yield from imports.before
     yield from imports.after
     yield from imports.merge
-
-
-def _with_ancestors(
-    nodes: Iterable[cst.CSTNode], parents: Mapping[cst.CSTNode, cst.CSTNode]
-) -> set[cst.CSTNode]:
-    found: set[cst.CSTNode] = set()
-    for node in nodes:
-        current: cst.CSTNode | None = node
-        while current is not None and current not in found:
-            found.add(current)
-            current = parents.get(current)
-    return found
-
-
-def _comments_of(line: cst.SimpleStatementLine) -> list[cst.EmptyLine]:
-    """The comments a dropped line carried, so they can stay in the file."""
-    kept = [e for e in line.leading_lines if e.comment is not None]
-    trailing = line.trailing_whitespace.comment
-    if trailing is not None:
-        kept.append(cst.EmptyLine(comment=trailing))
-    return kept
 
 
 def _with_leading(statement: cst.BaseStatement, extra: list[cst.EmptyLine]) -> cst.BaseStatement:

@@ -24,10 +24,9 @@ import libcst as cst
 from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource, Scope, ScopeProvider
 
 from migrator.codemods.shared import arguments as shared_args
+from migrator.codemods.shared import nodes, rules
 from migrator.codemods.shared.lines import LineProvider, start_line
-from migrator.codemods.shared.nodes import code as _code
-from migrator.codemods.shared.nodes import dotted as _dotted
-from migrator.codemods.shared.nodes import root as _root
+from migrator.codemods.shared.nodes import code
 from migrator.codemods.shared.parents import ParentProvider
 from migrator.codemods.shared.qualified import qualified_names
 from migrator.codemods.torch import below_one, names
@@ -38,10 +37,10 @@ from migrator.codemods.torch.plan import TorchPlan
 from migrator.findings import Finding
 from migrator.selection.reexports import module_name
 
-RULE = "torch-grad-scaler"
-NPU_RULE = "torch-npu"
-DEVICE_RULE = "torch-device"
-IMPORT_RULE = "torch-import"
+RULE = rules.TORCH_GRAD_SCALER
+NPU_RULE = rules.TORCH_NPU
+DEVICE_RULE = rules.TORCH_DEVICE
+IMPORT_RULE = rules.TORCH_IMPORT
 
 _TRANSFER_NOTE = (
     "only the scaler was ported: device strings ('cuda', .cuda(), .to('cuda')) and autocast stay "
@@ -107,9 +106,9 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
 
     def visit_Import(self, node: cst.Import) -> bool:
         for index, alias in enumerate(node.names):
-            dotted = _dotted(alias.name)
+            dotted = nodes.dotted(alias.name)
             if alias.asname is not None:
-                local = _dotted(alias.asname.name)
+                local = nodes.dotted(alias.asname.name)
                 self._binding(node, index, local, dotted)
             self._transfer |= names.is_transfer_to_npu(dotted)
         return False
@@ -117,14 +116,14 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         if node.relative or node.module is None:
             return False
-        module = _dotted(node.module)
+        module = nodes.dotted(node.module)
         if isinstance(node.names, cst.ImportStar):
             if module in names.STAR_MODULES:
                 self._star = module
             return False
         for index, alias in enumerate(node.names):
-            full = f"{module}.{_dotted(alias.name)}"
-            local = _dotted(alias.asname.name) if alias.asname else _dotted(alias.name)
+            full = f"{module}.{nodes.dotted(alias.name)}"
+            local = nodes.dotted(alias.asname.name) if alias.asname else nodes.dotted(alias.name)
             self._binding(node, index, local, full)
             self._transfer |= names.is_transfer_to_npu(full)
         return False
@@ -152,7 +151,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
 
     def _reference(self, node: cst.Name | cst.Attribute) -> bool:
         """Handle a maximal dotted reference; returns whether to look inside it."""
-        root = _root(node)
+        root = nodes.root(node)
         if root is None:
             return True  # `GradScaler(...).scale`: an attribute of a value, look at the call
         if root.value not in self._roots:
@@ -165,7 +164,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         if len(resolved) > 1:
             self._warn(
                 node,
-                f"`{_code(node)}` is bound to more than one thing here (a try/except import?), "
+                f"`{code(node)}` is bound to more than one thing here (a try/except import?), "
                 f"so the tool cannot tell which scaler it is; port it to {names.PORTED} by hand",
             )
             return False
@@ -174,15 +173,15 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         if kind is None:
             self._warn(
                 node,
-                f"`{_code(node)}` reaches into torch's {names.scaler_prefix(name)}; left as it "
+                f"`{code(node)}` reaches into torch's {names.scaler_prefix(name)}; left as it "
                 f"is, check it still fits {names.PORTED}",
             )
         elif kind is Kind.NPU:
-            self._npu.append((node, _code(node)))
+            self._npu.append((node, code(node)))
         elif kind is Kind.SHARDED:
             self._warn(
                 node,
-                f"`{_code(node)}` (a sharded scaler, FSDP's or fairscale's) has no "
+                f"`{code(node)}` (a sharded scaler, FSDP's or fairscale's) has no "
                 "npu_lossscale counterpart; left as it is",
             )
         else:
@@ -198,7 +197,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         if subclass is not None:
             self._warn(
                 subclass,
-                f"class {subclass.name.value} subclasses `{_code(node)}`; left unchanged: "
+                f"class {subclass.name.value} subclasses `{code(node)}`; left unchanged: "
                 f"rebase it on {names.PORTED} by hand and check what it overrides (the ported "
                 "class keeps its own overflow check and state)",
             )
@@ -209,28 +208,28 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         if where is None:
             self._warn(
                 node,
-                f"`{_code(node)}` is used as a value (passed, stored or returned), not "
+                f"`{code(node)}` is used as a value (passed, stored or returned), not "
                 "constructed; what it builds elsewhere stays torch's scaler: port it by hand",
             )
         elif kind is Kind.AMP:
             pass  # the ported class is a torch.amp.GradScaler already: still true as written
         elif where == "in a type annotation":
             self._rewrite(node, None)
-            self._change(node, f"`{_code(node)}` {where} -> {names.PORTED}")
+            self._change(node, f"`{code(node)}` {where} -> {names.PORTED}")
         elif self._torch_bound(node):
-            root = _root(node)
+            root = nodes.root(node)
             assert root is not None
             self._consumed.add(id(root))
             self.plan.refs[node] = names.BASE
             self._change(
                 node,
-                f"`{_code(node)}` {where} -> {names.BASE}, the base of the ported class and of "
+                f"`{code(node)}` {where} -> {names.BASE}, the base of the ported class and of "
                 "torch's scalers, so the test holds for scalers built elsewhere too",
             )
         else:
             self._warn(
                 node,
-                f"`{_code(node)}` {where} is False for the ported class (a "
+                f"`{code(node)}` {where} is False for the ported class (a "
                 f"{names.BASE}, not a torch.cuda.amp one); left unchanged: test against "
                 f"{names.BASE} by hand",
             )
@@ -251,7 +250,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         return bool(bound) and all(
             isinstance(a.node, cst.Import)
             and any(
-                alias.asname is None and _dotted(alias.name).split(".")[0] == "torch"
+                alias.asname is None and nodes.dotted(alias.name).split(".")[0] == "torch"
                 for alias in a.node.names
             )
             for a in bound
@@ -275,7 +274,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         # The CUDA and CPU scalers take no device, so their **kwargs hold only parameters the
         # ported class takes by the same names; torch.amp's may hold the device, which must go.
         bound = shared_args.bind(call, params, pass_double_star=kind is not Kind.AMP)
-        what = f"`{_code(node)}(...)`"
+        what = f"`{code(node)}(...)`"
         if isinstance(bound, str):
             self._warn(
                 call,
@@ -288,16 +287,16 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             value = call.args[bound["device"]].value
             text = shared_args.string_value(value)
             if text is not None and text.split(":")[0] == "npu":
-                self._npu.append((call, f"{_code(node)}({_code(value)})"))
+                self._npu.append((call, f"{code(node)}({code(value)})"))
                 return
             if text is not None and text.split(":")[0] == "cuda":
                 drop = "device"
                 details.append(f"device {text!r} dropped: device='auto' picks the NPU")
             else:
-                details.append(f"device `{_code(value)}` kept")
+                details.append(f"device `{code(value)}` kept")
                 if text != "cpu":
                     device_warning = (
-                        f"the scaler's device `{_code(value)}` was kept: on Ascend it must be "
+                        f"the scaler's device `{code(value)}` was kept: on Ascend it must be "
                         "'npu' (or drop it: device='auto' picks the NPU)"
                     )
         elif kind is Kind.CPU:
@@ -347,7 +346,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             )
 
     def _rewrite(self, node: cst.Name | cst.Attribute, call: cst.Call | None) -> None:
-        root = _root(node)
+        root = nodes.root(node)
         assert root is not None
         self._consumed.add(id(root))
         provider = self._provider(node, root)
@@ -443,7 +442,9 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             anchors = plan_imports(self._sites, self.plan, self._removed_names(), self.parent)
         except Conflict as conflict:
             self.findings = [f for f in self.findings if f.kind != "change"]
-            self._warn(conflict.node, f"nothing was changed: {conflict.reason}", "name-conflict")
+            self._warn(
+                conflict.node, f"nothing was changed: {conflict.reason}", rules.NAME_CONFLICT
+            )
             self.plan = TorchPlan()
             return
         self._report_imports(anchors)
@@ -469,7 +470,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                 self._change(node, "removed this import: every use was ported", IMPORT_RULE)
             else:
                 aliases = node.names if isinstance(node.names, (list, tuple)) else ()
-                dropped = ", ".join(_code(aliases[i].name) for i in sorted(gone))
+                dropped = ", ".join(code(aliases[i].name) for i in sorted(gone))
                 self._change(
                     node, f"drops `{dropped}` from this import: every use was ported", IMPORT_RULE
                 )
@@ -545,7 +546,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             if site.call is not None:
                 self._warn(
                     site.call,
-                    f"`{_code(site.node)}(...)` not ported: the file uses torch-npu's scaler "
+                    f"`{code(site.node)}(...)` not ported: the file uses torch-npu's scaler "
                     f"(line {self.line(node)}), so it stays as it is; port both by hand if wanted",
                 )
         self.plan = TorchPlan()
@@ -561,11 +562,11 @@ def _torch_roots(module: cst.Module) -> tuple[set[str], bool]:
         node = stack.pop()
         if isinstance(node, cst.Import):
             for alias in node.names:
-                if names.is_torch_module(_dotted(alias.name)):
+                if names.is_torch_module(nodes.dotted(alias.name)):
                     bound = alias.asname.name if alias.asname else alias.name
-                    roots.add(_dotted(bound).split(".")[0])
+                    roots.add(nodes.dotted(bound).split(".")[0])
         elif isinstance(node, cst.ImportFrom):
-            module_name = _dotted(node.module) if node.module is not None else ""
+            module_name = nodes.dotted(node.module) if node.module is not None else ""
             if node.relative or not names.is_torch_module(module_name):
                 continue
             if isinstance(node.names, cst.ImportStar):
@@ -573,7 +574,7 @@ def _torch_roots(module: cst.Module) -> tuple[set[str], bool]:
                 continue
             for alias in node.names:
                 bound = alias.asname.name if alias.asname else alias.name
-                roots.add(_dotted(bound))
+                roots.add(nodes.dotted(bound))
         elif isinstance(node, cst.SimpleStatementLine):
             stack.extend(node.body)
         elif not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement)):
@@ -589,7 +590,7 @@ def _catches_import_error(statement: cst.Try) -> bool:
         types = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
         for item in types:
             value = item.value if isinstance(item, cst.Element) else item
-            if _dotted(value).rpartition(".")[2] in caught:
+            if nodes.dotted(value).rpartition(".")[2] in caught:
                 return True
     return False
 

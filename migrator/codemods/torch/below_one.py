@@ -12,9 +12,10 @@ from __future__ import annotations
 import libcst as cst
 
 from migrator.codemods.shared import arguments as shared_args
+from migrator.codemods.shared import rules
 from migrator.codemods.shared.nodes import code
 
-RULE = "torch-scale-below-one"
+RULE = rules.TORCH_SCALE_BELOW_ONE
 STOCK_FLOOR = "0"  # min_loss_scale that gives torch's own rule
 
 

@@ -14,15 +14,15 @@ torch's (a use the port leaves), the ported class is `NPUGradScaler`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import libcst as cst
 from libcst.metadata import Assignment, GlobalScope, Scope
 
+from migrator.codemods.shared.nodes import Parent, child_of, code
 from migrator.codemods.torch import names
 from migrator.codemods.torch.plan import TorchPlan
 
-Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
 Block = cst.Module | cst.IndentedBlock
 
 
@@ -74,7 +74,7 @@ def plan_imports(
             continue
         statement, block = _home(site, parent)
         index = _index(block, statement)
-        use = _index(block, _child_of(site.node, block, parent)) if line.startswith("import") else 0
+        use = _index(block, child_of(site.node, block, parent)) if line.startswith("import") else 0
         group = groups.setdefault((id(block), line), _Group(block, index, use))
         group.provider = min(group.provider, index)
         group.first_use = min(group.first_use, use)
@@ -142,7 +142,7 @@ def _reaches(site: ImportSite, local: str, assignment: Assignment, parent: Paren
     module = parent(statement) if statement is not None else None
     if not isinstance(module, cst.Module) or statement is None:
         return False
-    return _index(module, _child_of(site.node, module, parent)) > _index(module, statement)
+    return _index(module, child_of(site.node, module, parent)) > _index(module, statement)
 
 
 def _bound(scope: Scope | None, name: str) -> list[object]:
@@ -155,8 +155,7 @@ def _imports_library(assignment: object) -> bool:
     """`import npu_lossscale.torch`, which makes `npu_lossscale.torch.GradScaler` resolve."""
     node = getattr(assignment, "node", None)
     return isinstance(node, cst.Import) and any(
-        cst.Module([]).code_for_node(a.name) == names.LIBRARY and a.asname is None
-        for a in node.names
+        code(a.name) == names.LIBRARY and a.asname is None for a in node.names
     )
 
 
@@ -199,18 +198,7 @@ def _is_torch_import(statement: cst.CSTNode) -> bool:
             modules.append(small.module)
         else:
             return False
-    return all(names.is_torch_module(cst.Module([]).code_for_node(m)) for m in modules)
-
-
-def _child_of(node: cst.CSTNode, block: cst.CSTNode, parent: Parent) -> cst.CSTNode | None:
-    """The statement of `block` that holds `node`."""
-    current: cst.CSTNode | None = node
-    while current is not None:
-        up = parent(current)
-        if up is block:
-            return current
-        current = up
-    return None
+    return all(names.is_torch_module(code(m)) for m in modules)
 
 
 def _index(block: Block, statement: cst.CSTNode | None) -> int:

@@ -8,27 +8,23 @@ dropped with its comments moved to the next statement.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Mapping, Sequence
 
 import libcst as cst
 
+from migrator.codemods.shared.rewriting import PlannedRewriter, comments_of
 from migrator.codemods.torch.plan import TorchPlan
 
-_ImportT = TypeVar("_ImportT", cst.Import, cst.ImportFrom)
 
+class TorchRewriter(PlannedRewriter):
+    """Applies a `TorchPlan`."""
 
-class TorchRewriter(cst.CSTTransformer):
     def __init__(self, plan: TorchPlan, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> None:
-        super().__init__()
-        self.plan = plan
         planned: list[cst.CSTNode] = [*plan.calls, *plan.refs, *plan.removals, *plan.after]
-        self._enter = _with_ancestors(planned, parents)
+        super().__init__(planned, parents, plan.removals)
+        self.plan = plan
         # statement -> what it became: None when dropped (keyed by the original node)
         self._statements: dict[cst.SimpleStatementLine, cst.SimpleStatementLine | None] = {}
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        return node in self._enter and super().on_visit(node)
 
     # ----------------------------------------------------------------- expressions
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -56,28 +52,13 @@ class TorchRewriter(cst.CSTTransformer):
         return new.with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
     # ----------------------------------------------------------------- imports
-    def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:
-        return self._drop_aliases(original, updated)
-
     def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:
-        return self._drop_aliases(original, updated)
-
-    def _drop_aliases(self, original: cst.CSTNode, updated: _ImportT) -> _ImportT:
-        gone = self.plan.removals.get(original)
-        if not gone or isinstance(updated.names, cst.ImportStar):
-            return updated
-        kept = [a for i, a in enumerate(updated.names) if i not in gone]
-        if not kept:
-            return updated  # the whole statement goes; see leave_SimpleStatementLine
-        parenthesized = isinstance(updated, cst.ImportFrom) and updated.lpar is not None
-        if not parenthesized or max(gone) == len(updated.names) - 1:
-            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated.with_changes(names=kept)
+        return self.drop_aliases(original, updated)
 
     def leave_SimpleStatementLine(
         self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine:
-        body = [s for old, s in zip(original.body, updated.body) if not self._emptied(old)]
+        body = [s for old, s in zip(original.body, updated.body) if not self.emptied(old)]
         after = self.plan.after.get(original, [])
         if not body and after:
             # The new import takes the emptied statement's place, blank lines and comments too.
@@ -92,11 +73,6 @@ class TorchRewriter(cst.CSTTransformer):
             updated = updated.with_changes(body=body)
         self._statements[original] = updated
         return updated
-
-    def _emptied(self, small: cst.BaseSmallStatement) -> bool:
-        gone = self.plan.removals.get(small)
-        aliases = getattr(small, "names", None)
-        return bool(gone) and isinstance(aliases, Sequence) and len(gone) == len(aliases)
 
     # ----------------------------------------------------------------- blocks
     def leave_IndentedBlock(
@@ -121,10 +97,10 @@ class TorchRewriter(cst.CSTTransformer):
             if isinstance(old, cst.SimpleStatementLine) and old in self._statements:
                 now = self._statements[old]
                 if now is None:
-                    carried.extend(_comments_of(old))
+                    carried.extend(comments_of(old))
                     continue
                 after = self.plan.after.get(old, [])
-                emptied = all(self._emptied(s) for s in old.body)
+                emptied = all(self.emptied(s) for s in old.body)
                 added = [now, *(cst.parse_statement(x + "\n") for x in after[int(emptied) :])]
             else:
                 added = [new]
@@ -136,23 +112,3 @@ class TorchRewriter(cst.CSTTransformer):
             out.append(cst.SimpleStatementLine([cst.Pass()], leading_lines=carried))
             carried = []
         return out, [*carried, *footer]
-
-
-def _with_ancestors(
-    nodes: Iterable[cst.CSTNode], parents: Mapping[cst.CSTNode, cst.CSTNode]
-) -> set[cst.CSTNode]:
-    found: set[cst.CSTNode] = set()
-    for node in nodes:
-        current: cst.CSTNode | None = node
-        while current is not None and current not in found:
-            found.add(current)
-            current = parents.get(current)
-    return found
-
-
-def _comments_of(line: cst.SimpleStatementLine) -> list[cst.EmptyLine]:
-    """The comments a dropped line carried, so they stay in the file."""
-    kept = [e for e in line.leading_lines if e.comment is not None]
-    if line.trailing_whitespace.comment is not None:
-        kept.append(cst.EmptyLine(comment=line.trailing_whitespace.comment))
-    return kept
