@@ -58,11 +58,11 @@ DELIBERATE = {
         "per_optimizer=True asks for stock torch's per-optimizer decisions, which torch-npu's "
         "own test rejects: torch-npu skips every optimizer, as our default does"
     ),
-    "keras3 upstream_loss_scale_optimizer_test.LossScaleOptimizerTest.test_init_dynamic_arg": (
+    "upstream_loss_scale_optimizer_test.LossScaleOptimizerTest.test_init_dynamic_arg": (
         "Keras 3's class refuses `dynamic=`; ours takes dynamic=False for a fixed scale, as the "
         "Ascend adapter's FixedLossScaleManager gives (leave it out for stock's behaviour)"
     ),
-    "tf_keras upstream_loss_scale_optimizer_test.LossScaleOptimizerTest."
+    "upstream_loss_scale_optimizer_test.LossScaleOptimizerTest."
     "testConvertToLegacyOptimizer": (
         "tf_keras's convert_to_legacy_optimizer rebuilds its own class by name; ours is "
         "registered as npu_lossscale>LossScaleOptimizer, so the converter gives Keras's own class"

@@ -62,7 +62,7 @@ def materialize(snapshot: Path, mirrors: Path) -> int:
 def find_suites(snapshot: Path) -> list[Path]:
     found = []
     for name in SUITES:
-        matches = sorted(p for p in snapshot.rglob(name) if "mixed_precision" in str(p))
+        matches = sorted(p for p in snapshot.rglob(name) if "contrib/mixed_precision" in str(p))
         if not matches:
             raise SystemExit(f"contrib.py: no {name} under {snapshot} (see this file's docstring)")
         found.append(matches[0])
