@@ -43,7 +43,7 @@ def test_a_rewrite_that_would_not_parse_fails_alone(tmp_path: Path) -> None:
     copy = tmp_path / "pkg"
     shutil.copytree(REPO_ROOT / "migrator", copy / "migrator")
     shutil.copytree(REPO_ROOT / "templates", copy / "templates")
-    rewrite = copy / "migrator" / "codemods" / "tf1" / "rewrite.py"
+    rewrite = copy / "migrator" / "codemods" / "shared" / "rewriting.py"
     line = "kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)"
     text = rewrite.read_text()
     assert text.count(line) == 1
