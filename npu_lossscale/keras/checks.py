@@ -130,3 +130,16 @@ def extras_config(values: dict) -> dict:
     stock class's own config, so stock Keras (and tools that rebuild the stock class from it,
     such as tf_keras's convert_to_legacy_optimizer) can read it."""
     return {k: v for k, v in values.items() if k in EXTRA_DEFAULTS and EXTRA_DEFAULTS[k] != v}
+
+
+def rule_extras(rule: Any) -> dict:
+    """The extras that carry a TF manager's update rule over to either Keras class
+    (``from_manager``): the same keywords, taken from the same DynamicRule, for both."""
+    return dict(
+        decr_every_n_nan_or_inf=rule.decr_every_n_nan_or_inf,
+        decr_ratio=rule.decr_ratio,
+        incr_ratio=rule.incr_ratio,
+        min_loss_scale=rule.min_loss_scale,
+        max_loss_scale=rule.max_loss_scale,
+        max_skipped_steps_at_floor=rule.max_skipped_steps_at_floor,
+    )

@@ -19,7 +19,7 @@ from typing import Any
 import tensorflow as tf
 
 from npu_lossscale.keras import keras2_state
-from npu_lossscale.keras.checks import check_keras2_inner, extras_config
+from npu_lossscale.keras.checks import check_keras2_inner, extras_config, rule_extras
 from npu_lossscale.keras.overflow import unscale
 from npu_lossscale.keras.select import keras2
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
@@ -198,12 +198,7 @@ class _NPULossScaling:
                 rule.incr_every_n_steps,
                 overflow_mode=mode,
                 is_distributed=is_distributed,
-                decr_every_n_nan_or_inf=rule.decr_every_n_nan_or_inf,
-                decr_ratio=rule.decr_ratio,
-                incr_ratio=rule.incr_ratio,
-                min_loss_scale=rule.min_loss_scale,
-                max_loss_scale=rule.max_loss_scale,
-                max_skipped_steps_at_floor=rule.max_skipped_steps_at_floor,
+                **rule_extras(rule),
             )
         if not manager.enable_overflow_check:
             raise ValueError(

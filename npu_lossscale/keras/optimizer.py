@@ -22,7 +22,7 @@ import tensorflow as tf
 from keras.src.utils import tracking
 
 from npu_lossscale.keras import scale_repair
-from npu_lossscale.keras.checks import extras_config, keras3_inner_error
+from npu_lossscale.keras.checks import extras_config, keras3_inner_error, rule_extras
 from npu_lossscale.keras.overflow import agreed_finite, local_finite, unscale, unscale_and_check
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
 from npu_lossscale.rule import DynamicRule, check_bool, check_fixed_extras
@@ -195,12 +195,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 rule.incr_every_n_steps,
                 overflow_mode=mode,
                 is_distributed=is_distributed,
-                decr_every_n_nan_or_inf=rule.decr_every_n_nan_or_inf,
-                decr_ratio=rule.decr_ratio,
-                incr_ratio=rule.incr_ratio,
-                min_loss_scale=rule.min_loss_scale,
-                max_loss_scale=rule.max_loss_scale,
-                max_skipped_steps_at_floor=rule.max_skipped_steps_at_floor,
+                **rule_extras(rule),
             )
         if not manager.enable_overflow_check:
             raise ValueError(
