@@ -78,13 +78,26 @@ def check_ratio(name: str, value: object, low: float, high: float | None) -> flo
 
 
 def check_bool(name: str, value: object) -> bool:
-    """True/False, numpy booleans and 0/1 (flags read from configs); anything else is a mistake."""
+    """``value`` as a Python bool: the one check of every front-end's flags.
+
+    True/False, numpy booleans (a comparison of numpy numbers) and 0/1 (flags read from configs)
+    pass, as the vendor's classes, which only test a flag for truth, let ported scripts write them
+    (``is_distributed=hvd.size() > 1``). Anything else -- a string, None, a tensor, 2 -- is more
+    likely a misplaced argument than a flag, and is refused.
+    """
     if isinstance(value, bool):
         return value
     numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
     if numpy_bool or (isinstance(value, numbers.Integral) and value in (0, 1)):
         return bool(value)
     raise ValueError(f"{name} must be True or False; got {value!r}")
+
+
+def check_optional_bool(name: str, value: object) -> bool | None:
+    """None, where None means "decide automatically" (the Keras and torch front-ends'
+    ``is_distributed``: reduce exactly when several replicas or ranks take part), or a flag as
+    check_bool takes it."""
+    return None if value is None else check_bool(name, value)
 
 
 def check_fixed_extras(dynamic: bool, max_skipped_steps_at_floor: int | None) -> None:
@@ -252,4 +265,3 @@ class DynamicRule:
             "the overflow mode matches the device (INF_NAN_MODE_ENABLE). Raise "
             "max_skipped_steps_at_floor, or set it to None, to keep going."
         )
-

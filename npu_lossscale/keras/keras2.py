@@ -23,7 +23,7 @@ from npu_lossscale.keras.checks import check_keras2_inner, extras_config, rule_e
 from npu_lossscale.keras.overflow import unscale
 from npu_lossscale.keras.select import keras2
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
-from npu_lossscale.rule import DynamicRule, check_bool, check_fixed_extras
+from npu_lossscale.rule import DynamicRule, check_fixed_extras, check_optional_bool
 from npu_lossscale.tf.managers import ExponentialUpdateLossScaleManager, FixedLossScaleManager
 
 _keras = keras2()
@@ -90,8 +90,7 @@ class _NPULossScaling:
             names=_NAMES,
         )
         check_fixed_extras(dynamic, rule.max_skipped_steps_at_floor)
-        if is_distributed is not None:
-            is_distributed = check_bool("is_distributed", is_distributed)
+        is_distributed = check_optional_bool("is_distributed", is_distributed)
         requested_mode = OverflowMode.parse(overflow_mode).value
         # Keras 2's constructor checks nesting, double wrapping and the strategy, and sets up the
         # delegation; asked for a fixed scale it creates no state of its own, which ours replaces.

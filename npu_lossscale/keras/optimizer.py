@@ -25,7 +25,7 @@ from npu_lossscale.keras import scale_repair
 from npu_lossscale.keras.checks import extras_config, keras3_inner_error, rule_extras
 from npu_lossscale.keras.overflow import agreed_finite, local_finite, unscale, unscale_and_check
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
-from npu_lossscale.rule import DynamicRule, check_bool, check_fixed_extras
+from npu_lossscale.rule import DynamicRule, check_bool, check_fixed_extras, check_optional_bool
 from npu_lossscale.tf import distributed
 from npu_lossscale.tf.managers import (
     ExponentialUpdateLossScaleManager,
@@ -53,10 +53,6 @@ def _check_inner(inner_optimizer: object) -> None:
     if isinstance(inner_optimizer, keras.optimizers.Optimizer):
         return
     raise ValueError(keras3_inner_error(inner_optimizer))
-
-
-def _check_is_distributed(value: object) -> bool | None:
-    return None if value is None else check_bool("is_distributed", value)
 
 
 def _check_positional_order(initial_scale: object, kwargs: dict[str, Any]) -> None:
@@ -135,7 +131,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             names=_NAMES,
         )
         check_fixed_extras(dynamic, rule.max_skipped_steps_at_floor)
-        is_distributed = _check_is_distributed(is_distributed)
+        is_distributed = check_optional_bool("is_distributed", is_distributed)
         requested_mode = OverflowMode.parse(overflow_mode).value
         super().__init__(
             inner_optimizer,

@@ -259,10 +259,9 @@ class FixedLossScaleManager(LossScaleManager):
         is_distributed: bool = False,
     ) -> None:
         self._loss_scale_value = check_scale("loss_scale", loss_scale)
-        if not isinstance(enable_overflow_check, bool):  # 0/1 are not accepted here, as before
-            check_bool("enable_overflow_check", enable_overflow_check)
+        check_overflow = check_bool("enable_overflow_check", enable_overflow_check)
         super().__init__(overflow_mode, is_distributed)
-        self.enable_overflow_check = enable_overflow_check
+        self.enable_overflow_check = check_overflow
         self._graph_scale = _scale_tensor_for_fetching(self._loss_scale_value)
 
     def get_loss_scale(self) -> tf.Tensor:

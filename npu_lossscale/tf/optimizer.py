@@ -17,14 +17,13 @@ and variables, eagerly and in graphs.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from typing import Any, Callable
 
-import numpy as np
 import tensorflow as tf
 
 from npu_lossscale.modes import OverflowMode
+from npu_lossscale.rule import check_bool
 from npu_lossscale.tf import distributed, foreign_manager, gating, overflow
 from npu_lossscale.tf.managers import LossScaleManager
 
@@ -73,20 +72,6 @@ class _ManagersFlag:
 
 
 _MANAGERS_FLAG = _ManagersFlag()
-
-
-def _as_is_distributed(value: object) -> bool:
-    """``value`` as a Python bool, for the flag ported scripts compute in several ways.
-
-    The vendor's class only tests the flag for truth, so scripts pass ``hvd.size() > 1``, numpy
-    booleans (e.g. from comparing a numpy world size) or 0/1. Anything else (a string, None, a
-    tensor, 2) is more likely a misplaced argument than a flag, and is rejected.
-    """
-    if isinstance(value, (bool, np.bool_)) or (
-        isinstance(value, numbers.Integral) and value in (0, 1)
-    ):
-        return bool(value)
-    raise ValueError(f"is_distributed must be True or False (or 0 or 1); got {value!r}")
 
 
 def _manager_hint(given: object) -> str:
@@ -148,7 +133,7 @@ class NPULossScaleOptimizer(tf.compat.v1.train.Optimizer):
         # the agreed flag (update_with_agreed_flag), so the manager never reduces it again.
         if is_distributed is _MANAGERS_FLAG:
             is_distributed = loss_scale_manager.is_distributed
-        is_distributed = _as_is_distributed(is_distributed)
+        is_distributed = check_bool("is_distributed", is_distributed)
         if reducer is not None:
             distributed.check_reducer_argument(reducer)
         super().__init__(use_locking=False, name=name)

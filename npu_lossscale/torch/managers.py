@@ -16,12 +16,15 @@ import dataclasses
 import torch
 
 from npu_lossscale.modes import OverflowMode
-from npu_lossscale.rule import DynamicRule, RuleState, check_bool, check_scale, to_float32
+from npu_lossscale.rule import (
+    DynamicRule,
+    RuleState,
+    check_bool,
+    check_optional_bool,
+    check_scale,
+    to_float32,
+)
 from npu_lossscale.torch import distributed, overflow
-
-
-def check_is_distributed(value: object) -> bool | None:
-    return None if value is None else check_bool("is_distributed", value)
 
 
 class LossScaleManager:
@@ -30,7 +33,7 @@ class LossScaleManager:
     enable_overflow_check: bool
 
     def __init__(self, scale: float, overflow_mode: OverflowMode | str, is_distributed: object):
-        self.is_distributed = check_is_distributed(is_distributed)
+        self.is_distributed = check_optional_bool("is_distributed", is_distributed)
         self.overflow_mode = overflow.resolve_mode(overflow_mode)
         self._state = RuleState(to_float32(scale))
 

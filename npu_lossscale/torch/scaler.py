@@ -37,6 +37,7 @@ from npu_lossscale.rule import (
     RuleState,
     check_bool,
     check_fixed_extras,
+    check_optional_bool,
     check_scale,
     to_float32,
 )
@@ -45,7 +46,6 @@ from npu_lossscale.torch.decision import UpdateDecision
 from npu_lossscale.torch.managers import (
     ExponentialUpdateLossScaleManager,
     FixedLossScaleManager,
-    check_is_distributed,
     scaler_arguments,
 )
 
@@ -172,7 +172,7 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
             names=_NAMES,
             lowest=0.0,
         )
-        self.is_distributed = check_is_distributed(is_distributed)
+        self.is_distributed = check_optional_bool("is_distributed", is_distributed)
         self.process_group = process_group
         self.overflow_mode = overflow.resolve_mode(overflow_mode)
         self.per_optimizer = check_bool("per_optimizer", per_optimizer)

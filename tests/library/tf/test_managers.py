@@ -225,6 +225,14 @@ def test_fixed_manager_graph_mode():
     assert isinstance(manager, LossScaleManager)
 
 
+@pytest.mark.parametrize(("flag", "expected"), [(0, False), (1, True), (np.bool_(False), False)])
+def test_fixed_manager_takes_a_config_flag_as_a_bool(flag, expected):
+    """0/1 and numpy booleans (flags read from configs) are taken, and read back as a bool."""
+    manager = FixedLossScaleManager(8, flag)
+    assert manager.enable_overflow_check is expected
+    assert manager.get_enable_overflow_check() is expected
+
+
 def test_fixed_manager_eager():
     manager = FixedLossScaleManager(2**15, False, overflow_mode="SATURATION")
     for step in [False, True, False]:
