@@ -100,7 +100,7 @@ def check_optional_bool(name: str, value: object) -> bool | None:
     return None if value is None else check_bool(name, value)
 
 
-def check_fixed_extras(dynamic: bool, max_skipped_steps_at_floor: int | None) -> None:
+def _check_fixed_extras(dynamic: bool, max_skipped_steps_at_floor: int | None) -> None:
     """The stuck-run guard watches a dynamic scale at its floor; a fixed scale has no floor, so
     a guard given with one would never fire and is refused rather than silently ignored."""
     if not dynamic and max_skipped_steps_at_floor is not None:
@@ -166,12 +166,17 @@ class DynamicRule:
         min_loss_scale: object = 1.0,
         max_loss_scale: object = None,
         max_skipped_steps_at_floor: object = None,
+        dynamic: bool = True,
         names: Mapping[str, str] | None = None,
         lowest: float = 1.0,
     ) -> tuple[float, DynamicRule]:
-        """Check every argument (errors name them as ``names`` says) and return (init, rule).
+        """Check every argument (errors name them as ``names`` says) and return (init, rule):
+        the one construction every front-end and manager builds its rule with.
+
         Scales below ``lowest`` are refused: 1 for the adapter's rule, 0 where a front-end's
-        stock class lets the scale fall below 1 (torch's), with min_loss_scale as the floor."""
+        stock class lets the scale fall below 1 (torch's), with min_loss_scale as the floor.
+        ``dynamic=False`` (a fixed scale, which the Keras and torch front-ends still keep a rule
+        for) refuses the settings only a moving scale can use."""
         label = {**_DEFAULT_NAMES, **(names or {})}
         init = check_scale(label["init_loss_scale"], init_loss_scale, lowest)
         low = check_scale(label["min_loss_scale"], min_loss_scale, lowest)
@@ -216,6 +221,7 @@ class DynamicRule:
                 None if stuck is None else check_count(label["max_skipped_steps_at_floor"], stuck)
             ),
         )
+        _check_fixed_extras(dynamic, rule.max_skipped_steps_at_floor)
         return init, rule
 
     def step(self, state: RuleState, finite: bool) -> RuleState:
@@ -265,3 +271,18 @@ class DynamicRule:
             "the overflow mode matches the device (INF_NAN_MODE_ENABLE). Raise "
             "max_skipped_steps_at_floor, or set it to None, to keep going."
         )
+
+
+def manager_keywords(
+    rule: DynamicRule | None, names: Mapping[str, str] | None = None
+) -> dict[str, object]:
+    """A manager's scale settings as a front-end's constructor keywords: what ``from_manager``
+    passes (Keras's two classes, torch's GradScaler) so that the front-end runs the manager's
+    rule step for step. ``rule`` is the dynamic manager's; None is a fixed manager's constant
+    scale. ``names`` renames the rule's fields to the front-end's arguments, as for
+    ``DynamicRule.validated``; the scale itself and the overflow mode the caller adds."""
+    if rule is None:
+        return {"dynamic": False}
+    label = {**_DEFAULT_NAMES, **(names or {})}
+    fields = dataclasses.asdict(rule)
+    return {"dynamic": True, **{label[field]: value for field, value in fields.items()}}

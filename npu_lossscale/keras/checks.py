@@ -132,14 +132,6 @@ def extras_config(values: dict) -> dict:
     return {k: v for k, v in values.items() if k in EXTRA_DEFAULTS and EXTRA_DEFAULTS[k] != v}
 
 
-def rule_extras(rule: Any) -> dict:
-    """The extras that carry a TF manager's update rule over to either Keras class
-    (``from_manager``): the same keywords, taken from the same DynamicRule, for both."""
-    return dict(
-        decr_every_n_nan_or_inf=rule.decr_every_n_nan_or_inf,
-        decr_ratio=rule.decr_ratio,
-        incr_ratio=rule.incr_ratio,
-        min_loss_scale=rule.min_loss_scale,
-        max_loss_scale=rule.max_loss_scale,
-        max_skipped_steps_at_floor=rule.max_skipped_steps_at_floor,
-    )
+ARGUMENT_NAMES = {"init_loss_scale": "initial_scale", "incr_every_n_steps": "dynamic_growth_steps"}
+"""Both Keras classes' spellings of the rule's arguments: errors name what the user wrote, and
+``from_manager`` passes a manager's rule under them (npu_lossscale.rule.manager_keywords)."""

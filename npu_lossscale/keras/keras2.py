@@ -19,11 +19,11 @@ from typing import Any
 import tensorflow as tf
 
 from npu_lossscale.keras import keras2_state
-from npu_lossscale.keras.checks import check_keras2_inner, extras_config, rule_extras
+from npu_lossscale.keras.checks import ARGUMENT_NAMES, check_keras2_inner, extras_config
 from npu_lossscale.keras.overflow import unscale
 from npu_lossscale.keras.select import keras2
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
-from npu_lossscale.rule import DynamicRule, check_fixed_extras, check_optional_bool
+from npu_lossscale.rule import DynamicRule, check_optional_bool, manager_keywords
 from npu_lossscale.tf.managers import ExponentialUpdateLossScaleManager, FixedLossScaleManager
 
 _keras = keras2()
@@ -31,7 +31,6 @@ _stock = importlib.import_module(_keras.mixed_precision.LossScaleOptimizer.__mod
 _State = keras2_state.state_class(_stock._DynamicLossScaleState)
 _DEFAULT_INITIAL_SCALE = 2.0**15
 _DEFAULT_GROWTH_STEPS = 2000
-_NAMES = {"init_loss_scale": "initial_scale", "incr_every_n_steps": "dynamic_growth_steps"}
 _no_tracking = tf.__internal__.tracking.no_automatic_dependency_tracking
 
 
@@ -87,9 +86,9 @@ class _NPULossScaling:
             min_loss_scale=min_loss_scale,
             max_loss_scale=max_loss_scale,
             max_skipped_steps_at_floor=max_skipped_steps_at_floor,
-            names=_NAMES,
+            dynamic=dynamic,
+            names=ARGUMENT_NAMES,
         )
-        check_fixed_extras(dynamic, rule.max_skipped_steps_at_floor)
         is_distributed = check_optional_bool("is_distributed", is_distributed)
         requested_mode = OverflowMode.parse(overflow_mode).value
         # Keras 2's constructor checks nesting, double wrapping and the strategy, and sets up the
@@ -185,32 +184,24 @@ class _NPULossScaling:
             )
         if is_distributed is None and getattr(manager, "is_distributed", False):
             is_distributed = True
-        mode = manager.overflow_mode.value
         if isinstance(manager, ExponentialUpdateLossScaleManager):
-            rule = manager._rule
+            rule = manager.rule
             with tf.init_scope():
                 scale = float(tf.keras.backend.get_value(manager.get_loss_scale()))
-            return cls(
-                inner_optimizer,
-                True,
-                scale,
-                rule.incr_every_n_steps,
-                overflow_mode=mode,
-                is_distributed=is_distributed,
-                **rule_extras(rule),
-            )
-        if not manager.enable_overflow_check:
+        elif not manager.enable_overflow_check:
             raise ValueError(
                 "manager: a FixedLossScaleManager with enable_overflow_check=False never skips "
                 "a step, which this optimizer always does on overflow; scale the loss yourself "
                 "with the plain optimizer instead"
             )
+        else:
+            rule, scale = None, manager._loss_scale_value
         return cls(
             inner_optimizer,
-            False,
-            manager._loss_scale_value,
-            overflow_mode=mode,
+            initial_scale=scale,
+            overflow_mode=manager.overflow_mode.value,
             is_distributed=is_distributed,
+            **manager_keywords(rule, ARGUMENT_NAMES),
         )
 
 

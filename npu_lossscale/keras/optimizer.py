@@ -22,10 +22,10 @@ import tensorflow as tf
 from keras.src.utils import tracking
 
 from npu_lossscale.keras import scale_repair
-from npu_lossscale.keras.checks import extras_config, keras3_inner_error, rule_extras
+from npu_lossscale.keras.checks import ARGUMENT_NAMES, extras_config, keras3_inner_error
 from npu_lossscale.keras.overflow import agreed_finite, local_finite, unscale, unscale_and_check
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
-from npu_lossscale.rule import DynamicRule, check_bool, check_fixed_extras, check_optional_bool
+from npu_lossscale.rule import DynamicRule, check_bool, check_optional_bool, manager_keywords
 from npu_lossscale.tf import distributed
 from npu_lossscale.tf.managers import (
     ExponentialUpdateLossScaleManager,
@@ -38,8 +38,6 @@ from npu_lossscale.tf.managers import (
 logger = logging.getLogger("npu_lossscale")
 
 _WHO = "npu_lossscale.keras.LossScaleOptimizer"
-# The Keras spellings of the rule's arguments, so that an error names what the user wrote.
-_NAMES = {"init_loss_scale": "initial_scale", "incr_every_n_steps": "dynamic_growth_steps"}
 
 
 def _check_inner(inner_optimizer: object) -> None:
@@ -128,9 +126,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             min_loss_scale=min_loss_scale,
             max_loss_scale=max_loss_scale,
             max_skipped_steps_at_floor=max_skipped_steps_at_floor,
-            names=_NAMES,
+            dynamic=dynamic,
+            names=ARGUMENT_NAMES,
         )
-        check_fixed_extras(dynamic, rule.max_skipped_steps_at_floor)
         is_distributed = check_optional_bool("is_distributed", is_distributed)
         requested_mode = OverflowMode.parse(overflow_mode).value
         super().__init__(
@@ -180,30 +178,23 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             )
         if is_distributed is None and getattr(manager, "is_distributed", False):
             is_distributed = True
-        mode = manager.overflow_mode.value
         if isinstance(manager, ExponentialUpdateLossScaleManager):
-            rule = manager._rule
+            rule = manager.rule
             with tf.init_scope():
                 scale = float(manager.get_loss_scale())
-            return cls(
-                inner_optimizer,
-                scale,
-                rule.incr_every_n_steps,
-                overflow_mode=mode,
-                is_distributed=is_distributed,
-                **rule_extras(rule),
-            )
-        if not manager.enable_overflow_check:
+        elif not manager.enable_overflow_check:
             raise ValueError(
                 "manager: a FixedLossScaleManager with enable_overflow_check=False never skips "
                 "a step; in Keras set loss_scale_factor on the inner optimizer instead"
             )
+        else:
+            rule, scale = None, manager._loss_scale_value
         return cls(
             inner_optimizer,
-            manager._loss_scale_value,
-            dynamic=False,
-            overflow_mode=mode,
+            scale,
+            overflow_mode=manager.overflow_mode.value,
             is_distributed=is_distributed,
+            **manager_keywords(rule, ARGUMENT_NAMES),
         )
 
     @tracking.no_automatic_dependency_tracking

@@ -333,6 +333,11 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
         ]
 
     @property
+    def rule(self) -> DynamicRule:
+        """The validated update rule (what the Keras front-end's from_manager takes over)."""
+        return self._rule
+
+    @property
     def min_loss_scale(self) -> float:
         return self._rule.min_loss_scale
 

@@ -22,9 +22,19 @@ from npu_lossscale.rule import (
     check_bool,
     check_optional_bool,
     check_scale,
+    manager_keywords,
     to_float32,
 )
 from npu_lossscale.torch import distributed, overflow
+
+SCALER_NAMES = {
+    "init_loss_scale": "init_scale",
+    "incr_every_n_steps": "growth_interval",
+    "incr_ratio": "growth_factor",
+    "decr_ratio": "backoff_factor",
+}
+"""GradScaler's words for the rule's arguments: its errors name what the user wrote, and
+scaler_arguments passes a manager's rule under them (npu_lossscale.rule.manager_keywords)."""
 
 
 class LossScaleManager:
@@ -152,22 +162,12 @@ def scaler_arguments(
             "manager must be an npu_lossscale.torch FixedLossScaleManager or "
             f"ExponentialUpdateLossScaleManager; got {manager!r}{hint}"
         )
-    if isinstance(manager, ExponentialUpdateLossScaleManager):
-        rule = manager.rule
-        return manager._state.scale, dict(
-            growth_factor=rule.incr_ratio,
-            backoff_factor=rule.decr_ratio,
-            growth_interval=rule.incr_every_n_steps,
-            decr_every_n_nan_or_inf=rule.decr_every_n_nan_or_inf,
-            min_loss_scale=rule.min_loss_scale,
-            max_loss_scale=rule.max_loss_scale,
-            max_skipped_steps_at_floor=rule.max_skipped_steps_at_floor,
-            overflow_mode=manager.overflow_mode,
-        )
-    if not manager.enable_overflow_check:
+    dynamic = isinstance(manager, ExponentialUpdateLossScaleManager)
+    if not dynamic and not manager.enable_overflow_check:
         raise ValueError(
             "manager: a FixedLossScaleManager with enable_overflow_check=False never "
             "skips a step, which a GradScaler always does on overflow; multiply the loss "
             "and divide the gradients by the constant yourself instead"
         )
-    return manager._state.scale, dict(dynamic=False, overflow_mode=manager.overflow_mode)
+    settings = manager_keywords(manager.rule if dynamic else None, SCALER_NAMES)
+    return manager._state.scale, {**settings, "overflow_mode": manager.overflow_mode}

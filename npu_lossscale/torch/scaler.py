@@ -36,7 +36,6 @@ from npu_lossscale.rule import (
     DynamicRule,
     RuleState,
     check_bool,
-    check_fixed_extras,
     check_optional_bool,
     check_scale,
     to_float32,
@@ -44,18 +43,11 @@ from npu_lossscale.rule import (
 from npu_lossscale.torch import ascend, checkpoint, distributed, overflow, stock
 from npu_lossscale.torch.decision import UpdateDecision
 from npu_lossscale.torch.managers import (
+    SCALER_NAMES,
     ExponentialUpdateLossScaleManager,
     FixedLossScaleManager,
     scaler_arguments,
 )
-
-# torch's words for the rule's arguments, so that an error names what the user wrote.
-_NAMES = {
-    "init_loss_scale": "init_scale",
-    "incr_every_n_steps": "growth_interval",
-    "incr_ratio": "growth_factor",
-    "decr_ratio": "backoff_factor",
-}
 
 
 def _resolve_device(device: object) -> str:
@@ -150,7 +142,6 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
         if isinstance(init_scale, torch.Tensor) and init_scale.numel() == 1:
             init_scale = init_scale.item()
         self.dynamic = check_bool("dynamic", dynamic)
-        check_fixed_extras(self.dynamic, max_skipped_steps_at_floor)
         if enabled and device == "cuda" and not torch.cuda.is_available():
             # Stock disables itself here with a warning about torch.cuda.amp; a ported script
             # that kept "cuda" would lose loss scaling and overflow skipping without knowing why.
@@ -169,7 +160,8 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
             min_loss_scale=min_loss_scale,
             max_loss_scale=max_loss_scale,
             max_skipped_steps_at_floor=max_skipped_steps_at_floor,
-            names=_NAMES,
+            dynamic=self.dynamic,
+            names=SCALER_NAMES,
             lowest=0.0,
         )
         self.is_distributed = check_optional_bool("is_distributed", is_distributed)
@@ -478,17 +470,11 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
     ) -> None:
         """Validate the rule with ``changes`` applied (errors name torch's arguments, or
         ``names``) and take it with ``scale``, keeping stock's attributes in step with it."""
-        settings = dataclasses.asdict(self._rule)
-        settings.update(changes)
         init, self._rule = DynamicRule.validated(
             scale,
-            settings.pop("incr_every_n_steps"),
-            settings.pop("decr_every_n_nan_or_inf"),
-            settings.pop("incr_ratio"),
-            settings.pop("decr_ratio"),
-            names={**_NAMES, **(names or {}), "init_loss_scale": scale_name},
+            names={**SCALER_NAMES, **(names or {}), "init_loss_scale": scale_name},
             lowest=0.0,
-            **settings,
+            **{**dataclasses.asdict(self._rule), **changes},
         )
         self._state = dataclasses.replace(self._state, scale=to_float32(init))
         self._growth_factor = self._rule.incr_ratio

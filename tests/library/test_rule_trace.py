@@ -233,3 +233,34 @@ def test_core_rule_imports_no_framework() -> None:
         "assert not {'tensorflow', 'torch', 'numpy'} & set(sys.modules), sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_manager_keywords_carry_every_setting_under_the_front_ends_names():
+    """What from_manager passes: each of a dynamic manager's settings, under the front-end's
+    argument names (torch's here), and a fixed manager as dynamic=False."""
+    _, settings = rule.DynamicRule.validated(
+        64, 3, 2, 3.0, 0.25, min_loss_scale=2, max_loss_scale=2**20, max_skipped_steps_at_floor=7
+    )
+    torch_names = {
+        "incr_every_n_steps": "growth_interval",
+        "incr_ratio": "growth_factor",
+        "decr_ratio": "backoff_factor",
+    }
+    assert rule.manager_keywords(settings, torch_names) == dict(
+        dynamic=True,
+        growth_interval=3,
+        decr_every_n_nan_or_inf=2,
+        growth_factor=3.0,
+        backoff_factor=0.25,
+        min_loss_scale=2.0,
+        max_loss_scale=2.0**20,
+        max_skipped_steps_at_floor=7,
+    )
+    assert rule.manager_keywords(None, torch_names) == {"dynamic": False}
+
+
+def test_a_fixed_scale_refuses_the_stuck_guard():
+    with pytest.raises(ValueError, match="max_skipped_steps_at_floor applies only"):
+        rule.DynamicRule.validated(8, 2000, 1, 2, 0.5, max_skipped_steps_at_floor=3, dynamic=False)
+    _, settings = rule.DynamicRule.validated(8, 2000, 1, 2, 0.5, dynamic=False)
+    assert settings.max_skipped_steps_at_floor is None

@@ -235,6 +235,34 @@ def test_from_fixed_manager() -> None:
         )
 
 
+def test_from_manager_carries_every_setting_of_the_rule() -> None:
+    manager = ExponentialUpdateLossScaleManager(
+        64,
+        3,
+        4,
+        3.0,
+        0.25,
+        overflow_mode="saturation",
+        min_loss_scale=2,
+        max_loss_scale=2.0**20,
+        max_skipped_steps_at_floor=7,
+    )
+    config = LossScaleOptimizer.from_manager(keras.optimizers.SGD(0.01), manager).get_config()
+    written = {
+        "initial_scale": 64.0,
+        "dynamic_growth_steps": 3,
+        "decr_every_n_nan_or_inf": 4,
+        "incr_ratio": 3.0,
+        "decr_ratio": 0.25,
+        "overflow_mode": "saturation",
+        "min_loss_scale": 2.0,
+        "max_loss_scale": 2.0**20,
+        "max_skipped_steps_at_floor": 7,
+    }
+    assert {key: config.get(key) for key in written} == written
+    assert config.get("dynamic", True) is True
+
+
 def test_stuck_at_the_floor_stops_training() -> None:
     model = _mlp()
     opt = LossScaleOptimizer(keras.optimizers.SGD(0.01), 2.0, max_skipped_steps_at_floor=2)
