@@ -22,7 +22,7 @@ from npu_lossscale.keras import scale_repair
 from npu_lossscale.keras.overflow import agreed_finite, local_finite
 from npu_lossscale.modes import OverflowMode
 from npu_lossscale.rule import DynamicRule
-from npu_lossscale.tf.managers import next_rule_state
+from npu_lossscale.tf.rule_ops import next_rule_state
 
 WHO = "npu_lossscale.keras.LossScaleOptimizer (Keras 2)"
 

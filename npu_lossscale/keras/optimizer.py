@@ -6,8 +6,8 @@ variables (so `model.save` carries them) and applies or skips through one `cond`
 on an Ascend NPU is what counts as an overflow (saturation mode clamps instead of producing inf),
 how the scale moves (the Ascend adapter's hysteresis, floor, ceiling and stuck-run guard), and
 that every replica must take the same decision. So this class subclasses Keras's and replaces
-exactly those three: the decision (`overflow.agreed_finite`), the rule (`next_rule_state`, the
-TF managers' own), and the distributed apply, where the flag is summed before anyone branches.
+exactly those three: the decision (`overflow.agreed_finite`), the rule (`tf.rule_ops`, the TF
+managers' own), and the distributed apply, where the flag is summed before anyone branches.
 """
 
 from __future__ import annotations
@@ -27,13 +27,8 @@ from npu_lossscale.keras.overflow import agreed_finite, local_finite, unscale, u
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
 from npu_lossscale.rule import DynamicRule, check_bool, check_optional_bool, manager_keywords
 from npu_lossscale.tf import distributed
-from npu_lossscale.tf.managers import (
-    ExponentialUpdateLossScaleManager,
-    FixedLossScaleManager,
-    grown_scale,
-    next_rule_state,
-    shrunk_scale,
-)
+from npu_lossscale.tf.managers import ExponentialUpdateLossScaleManager, FixedLossScaleManager
+from npu_lossscale.tf.rule_ops import grown_scale, next_rule_state, shrunk_scale
 
 logger = logging.getLogger("npu_lossscale")
 
@@ -333,7 +328,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         # skipped, and the rule's overflow side puts the scale back to the floor (scale_repair).
         finite = tf.logical_and(finite, scale_repair.usable(scale, self._rule.min_loss_scale))
         finite = agreed_finite(finite, self.is_distributed)
-        context = distributed._strategy_replica_context()
+        context = distributed.strategy_replica_context()
         if context is None:
             self._apply_or_skip(finite, grads, trainable_variables)
             return

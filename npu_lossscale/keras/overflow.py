@@ -125,7 +125,7 @@ def unscale(grads: Sequence[Any], scale: tf.Tensor, mode: OverflowMode) -> list[
 
 def _strategy_replicas() -> int:
     """Replicas of the tf.distribute strategy this step runs under (1 when there is none)."""
-    context = distributed._strategy_replica_context()
+    context = distributed.strategy_replica_context()
     return 1 if context is None else context.num_replicas_in_sync
 
 

@@ -76,7 +76,7 @@ class TFDistributeReducer:
     name = "tf.distribute"
 
     def all_reduce_sum(self, tensor: tf.Tensor) -> tf.Tensor:
-        context = _strategy_replica_context()
+        context = strategy_replica_context()
         if context is None:
             raise NoDistributedEngineError(
                 "reducer='tf.distribute' needs apply_gradients to run inside a tf.distribute "
@@ -124,7 +124,7 @@ class HcclReducer:
         return self._hccl_ops.allreduce(tensor, "sum", fusion=0)
 
 
-def _strategy_replica_context() -> tf.distribute.ReplicaContext | None:
+def strategy_replica_context() -> tf.distribute.ReplicaContext | None:
     """The replica context of a real (non-default) strategy, or None."""
     if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
         return None
@@ -172,7 +172,7 @@ def _hccl_rank_size() -> int | None:
 
 def detect_engine() -> str | None:
     """Name of the engine the calling code runs on, in ENGINE_NAMES order, or None."""
-    if _strategy_replica_context() is not None:
+    if strategy_replica_context() is not None:
         return "tf.distribute"
     if _horovod_module() is not None:
         return "horovod"
@@ -215,7 +215,7 @@ def resolve_reducer(reducer: object = None) -> Reducer:
     else:
         engine = reducer
     if engine == "tf.distribute":
-        if _strategy_replica_context() is None:
+        if strategy_replica_context() is None:
             raise _no_engine_error("reducer='tf.distribute' but no tf.distribute replica context")
         return TFDistributeReducer()
     if engine == "horovod":
@@ -241,7 +241,7 @@ def in_strategy_replica_context() -> bool:
     There the inner optimizer's apply_gradients must be entered from cross-replica context, so
     NPULossScaleOptimizer routes even is_distributed=False through apply_distributed.
     """
-    return _strategy_replica_context() is not None
+    return strategy_replica_context() is not None
 
 
 def apply_distributed(
@@ -260,7 +260,7 @@ def apply_distributed(
     guide asks for BERT) keeps working. Every worker computes the same sum and so takes the same
     branch, which is what makes the collectives inside the branch safe.
     """
-    context = _strategy_replica_context()
+    context = strategy_replica_context()
     grads = [grad for grad, _ in grads_and_vars]
     if optimizer._is_distributed:
         overflow = resolve_reducer(optimizer._reducer).all_reduce_sum(

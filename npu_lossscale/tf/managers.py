@@ -3,14 +3,14 @@
 Names and positional signatures follow the Ascend TensorFlow adapter (and
 tf.contrib.mixed_precision before it), and so does what a script can reach by name: the scale as
 the float tensor 'loss_scale:0', the counters as the variables good_steps and bad_steps. Every
-extra is keyword-only and off by default.
+extra is keyword-only and off by default. The rule itself, on tensors, is ``rule_ops``'s, which
+the Keras optimizers share.
 """
 
 from __future__ import annotations
 
 import abc
 import logging
-import math
 import sys
 from typing import Callable
 
@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
 from npu_lossscale.rule import DynamicRule, check_bool, check_scale
-from npu_lossscale.tf import distributed, gating, kernels
+from npu_lossscale.tf import distributed, gating, kernels, rule_ops
 
 # Graph names. 'loss_scale:0' is what the vendor FAQ's logging hook (and NVIDIA's BERT) fetches,
 # and there it is a float: tf.contrib's scale was a reference variable of that name. Ours is a
@@ -103,69 +103,6 @@ def _below_floor_message(scale: object, floor: float) -> str:
         "as a scale becomes after a NaN storm in a tool without a floor; training goes on "
         f"from the floor, {floor:g}"
     )
-
-
-def grown_scale(rule: DynamicRule, scale: tf.Tensor) -> tf.Tensor:
-    """The scale after a growing step: times incr_ratio, clamped to max_loss_scale, or kept when
-    the product leaves the float32 range."""
-    grown = scale * tf.constant(rule.incr_ratio, tf.float32)
-    if rule.max_loss_scale is None:
-        return tf.where(tf.math.is_finite(grown), grown, scale)
-    return tf.minimum(grown, tf.constant(rule.max_loss_scale, tf.float32))
-
-
-def shrunk_scale(rule: DynamicRule, scale: tf.Tensor) -> tf.Tensor:
-    """The scale after a shrinking step: times decr_ratio, never below min_loss_scale."""
-    floor = tf.constant(rule.min_loss_scale, tf.float32)
-    return tf.maximum(floor, scale * tf.constant(rule.decr_ratio, tf.float32))
-
-
-def next_rule_state(
-    rule: DynamicRule,
-    finite: tf.Tensor | bool,
-    scale: tf.Tensor,
-    good: tf.Tensor,
-    bad: tf.Tensor,
-    at_floor: tf.Tensor,
-) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-    """DynamicRule.step on device tensors: (scale, good, bad, skips at floor) after one step.
-
-    Branch-free (tf.where only) because it runs every step, in TF1 graphs, eagerly, inside
-    tf.function and in a replica or cross-replica context alike; the TF managers and the Keras
-    optimizer both assign its results to their own variables. ``finite`` may be a Python bool
-    where the caller already branched (the Keras optimizer, inside its apply/skip cond): then
-    only that side's ops are built. max_loss_scale clamps increases to the cap (the scale
-    reaches it exactly) rather than refusing the step that would pass it.
-    """
-    zero = tf.zeros_like(good)
-    no_floor_skips = tf.zeros_like(at_floor)
-    floor = tf.constant(rule.min_loss_scale, tf.float32)
-
-    def after_clean() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        grow = good + 1 >= rule.incr_every_n_steps
-        grown = grown_scale(rule, scale)
-        return (
-            tf.where(grow, grown, scale),
-            tf.where(grow, zero, good + 1),
-            tf.where(grow, zero, bad),
-        )
-
-    def after_overflow() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        shrink = bad + 1 >= rule.decr_every_n_nan_or_inf
-        shrunk = shrunk_scale(rule, scale)
-        return tf.where(shrink, shrunk, scale), zero, tf.where(shrink, zero, bad + 1)
-
-    def floor_skips() -> tf.Tensor:  # after an overflow: one more if it ran at the floor
-        return tf.where(scale <= floor, at_floor + 1, no_floor_skips)
-
-    if isinstance(finite, bool):
-        new_scale, new_good, new_bad = after_clean() if finite else after_overflow()
-        new_at_floor = no_floor_skips if finite else floor_skips()
-    else:
-        clean, overflowed = after_clean(), after_overflow()
-        new_scale, new_good, new_bad = (tf.where(finite, c, o) for c, o in zip(clean, overflowed))
-        new_at_floor = tf.where(finite, no_floor_skips, floor_skips())
-    return new_scale, new_good, new_bad, new_at_floor
 
 
 class LossScaleManager(tf.Module, abc.ABC):
@@ -397,22 +334,20 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
             # One graph node instead of about forty (kernels/loss_scale_update.cc), same result,
             # including the floor for a scale restored below it.
             with tf.control_dependencies([] if warning is None else [warning]):
-                new_at_floor = ops.npu_loss_scale_update(
+                new_at_floor = rule_ops.fused_update(
+                    ops,
+                    self._rule,
                     finite,
-                    *(v.handle for v in self.variables),  # the order the op takes them in
-                    incr_every_n_steps=self._rule.incr_every_n_steps,
-                    decr_every_n_nan_or_inf=self._rule.decr_every_n_nan_or_inf,
-                    incr_ratio=self._rule.incr_ratio,
-                    decr_ratio=self._rule.decr_ratio,
-                    min_loss_scale=self._rule.min_loss_scale,
-                    max_loss_scale=math.inf
-                    if self._rule.max_loss_scale is None
-                    else self._rule.max_loss_scale,
+                    loss_scale=self._loss_scale,
+                    good_steps=self._good_steps,
+                    bad_steps=self._bad_steps,
+                    skipped_steps=self._skipped_steps,
+                    skips_at_floor=self._skips_at_floor,
                 )
             guard = self._stuck_guard(new_at_floor)
             return tf.group(new_at_floor.op, *([] if guard is None else [guard]))
         # Read every variable once; all assigns wait for all new values so no read sees a write.
-        new_scale, new_good, new_bad, new_at_floor = next_rule_state(
+        new_scale, new_good, new_bad, new_at_floor = rule_ops.next_rule_state(
             self._rule,
             finite,
             self._scale_read(),
