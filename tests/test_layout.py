@@ -117,3 +117,17 @@ def test_no_module_over_the_size_limit(package: str) -> None:
         and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_the_library_parses_as_python_37() -> None:
+    """The library runs on TF 1.15's Python 3.7: no walrus, no positional-only parameters and
+    the like (a run-time ``X | Y`` needs a stack's run to find; this catches the grammar)."""
+    newer = []
+    for name, path in _modules().items():
+        if name.split(".")[0] != "npu_lossscale":
+            continue
+        try:
+            ast.parse(path.read_text(encoding="utf-8"), feature_version=(3, 7))
+        except SyntaxError as error:
+            newer.append(f"{path.relative_to(REPO_ROOT)}:{error.lineno}: {error.msg}")
+    assert newer == []

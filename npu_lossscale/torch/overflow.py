@@ -193,12 +193,9 @@ def check_only(groups: GradGroups, mode: OverflowMode, device: torch.device) -> 
     being accumulated, or that take part in a double backward, are left exactly as they were.
     """
     threshold = math.inf if mode is OverflowMode.INF_NAN else FP16_SATURATION_VALUE
-    flags = [
-        beyond.to(device)
-        for per_kind in groups.values()
-        for grads in per_kind.values()
-        if (beyond := _beyond(grads, threshold)) is not None
-    ]
+    lists = [grads for per_kind in groups.values() for grads in per_kind.values()]
+    found = (_beyond(grads, threshold) for grads in lists)
+    flags = [beyond.to(device) for beyond in found if beyond is not None]
     if not flags:
         return torch.zeros((), dtype=torch.float32, device=device)
     return torch.stack(flags).any().float()
