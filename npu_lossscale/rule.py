@@ -1,8 +1,10 @@
 """The loss-scale update rule and its argument checks, written once for every front-end.
 
 Framework-free on purpose (plain Python, no numpy): the TF1, Keras and PyTorch front-ends each run
-the rule on their own device tensors, but they validate their arguments here and are tested against
-`DynamicRule.step`, so the three can never drift apart. Arithmetic rounds to float32 after every
+the rule on their own device tensors, but they validate their arguments and flags here
+(`DynamicRule.validated`, `check_bool`), take a manager's settings over through one mapping
+(`manager_keywords`), and are tested against `DynamicRule.step`, so the three can never drift
+apart. Arithmetic rounds to float32 after every
 multiplication because that is what the devices compute: a scale of 0.8 * 2**15 is not the same
 number in float64.
 
