@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING
 
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline.outcomes import FileOutcome, RunConfig, RunResult, Status
-from migrator.pipeline.writes import apply, hold_back, step_groups
-from migrator.selection.half_moves import half_applied
+from migrator.pipeline.writes import apply, hold_back, report_half_moves, step_groups
 from migrator.selection.horovod_sites import init_sites, name_init_sites
 from migrator.selection.prefilter import might_need_migration
 from migrator.selection.reexports import imported_from
@@ -310,16 +309,6 @@ def run(
             outcomes.append(FileOutcome(source, "unchanged"))
     pending, cleared = _triage(pending, add_loss_scale=config.add_loss_scale is not None)
     outcomes += [FileOutcome(source, "unchanged") for source in cleared]
-    half = half_applied(read)
-    del read
-    if half:
-        pending = [(s, d) for s, d in pending if s.display not in half]
-        outcomes = [o for o in outcomes if o.path not in half]
-        outcomes += [
-            FileOutcome(source, "failed", error=half[source.display])
-            for source in files
-            if source.display in half
-        ]
 
     if pending:
         from migrator.pipeline.transform import MigrateOptions
@@ -347,6 +336,7 @@ def run(
     for outcome in outcomes:
         outcome.findings = name_init_sites(outcome.findings, sites)
     outcomes.sort(key=lambda o: o.path)
+    report_half_moves(outcomes, read)
     hold_back(outcomes, groups)
     apply(outcomes, config, inputs, groups)
     return RunResult(outcomes, time.perf_counter() - start, config.mode)
