@@ -18,7 +18,10 @@ from collections.abc import Iterable
 from migrator.sources import pytree
 
 # The note (templates/global_step_moved_note.tmpl), possibly wrapped over several comment lines.
-_NOTE = re.compile(rb"npu-migrate: global_step now advances in((?:[\s#]*\w+\.apply_gradients,?)+)")
+_NOTE = re.compile(
+    rb"npu-migrate:[\s#]+global_step[\s#]+now[\s#]+advances[\s#]+in"
+    rb"((?:[\s#]+\w+\.apply_gradients,?)+)"
+)
 _CLASS = re.compile(rb"(\w+)\.apply_gradients")
 # The comment lines after the note: the original update, commented out.
 _COMMENTS = re.compile(rb"[^\n]*(?:\n[ \t]*#[^\n]*)*")
