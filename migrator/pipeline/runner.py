@@ -9,6 +9,7 @@ imported lazily: a tree with nothing to port never pays for loading libcst.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import gc
 import os
 import threading
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from migrator.codemods.shared.alignment import realign
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline.outcomes import FileOutcome, RunConfig, RunResult, Status
 from migrator.pipeline.writes import apply, hold_back, report_half_moves, step_groups
@@ -104,6 +106,10 @@ def finish_one(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOption
 
     result, error = _guarded(lambda: finish(prepared, plan, options), _user_bytes(prepared))
     if result is not None and result.changed:
+        # Calls whose opening bracket moved keep their continuation lines aligned with it.
+        result = dataclasses.replace(
+            result, new_source=realign(result.old_source, result.new_source)
+        )
         error = output_error(result.old_source, result.new_source)
         if error is not None:
             return None, error
