@@ -116,3 +116,23 @@ def test_a_tab_indented_continuation_is_left_alone(tmp_path: Path) -> None:
     ported = _port(tmp_path, before)
     assert "\tscaler = npu_lossscale.torch.GradScaler(init_scale=2.**16,\n" in ported
     assert "\t                                   growth_interval=100)\n" in ported
+
+
+def test_calls_far_apart_in_a_file_of_repeated_lines_are_both_realigned(tmp_path: Path) -> None:
+    # 1,500 lines of the same few continuation lines between two renamed calls: the old and new
+    # files are matched up again after each difference, not confused by the repeats.
+    head = "m{n} = tf.contrib.mixed_precision.FixedLossScaleManager("
+    call = head + "1024,\n" + " " * len(head.format(n=1)) + "enable_overflow_check=True)\n"
+    filler = "".join(
+        f"def f{i}(x):\n    return some_call(x,\n                     {i % 3})\n"
+        for i in range(500)
+    )
+    before = "import tensorflow as tf\n\n" + call.format(n=1) + filler + call.format(n=2)
+    ported = _port(tmp_path, before)
+    for n in (1, 2):
+        assert (
+            f"m{n} = FixedLossScaleManager(1024,\n"
+            + " " * len(f"m{n} = FixedLossScaleManager(")
+            + "enable_overflow_check=True)\n"
+        ) in ported
+    assert filler in ported
