@@ -35,7 +35,8 @@ def step_groups(plan: GlobalStepPlan | None) -> list[list[str]]:
     A move takes the update out of a function (`plan.moves`) and puts it into the classes that
     function's optimizer uses (`plan.inserts`, named in the move's `where`); files sharing a class
     are one group. The class files come first: a run killed between two renames then leaves a
-    step advanced twice, which the next run reports, rather than never, which nothing would show.
+    step advanced twice rather than never; the next run completes either (the class's increment
+    carries npu-migrate's comment, the trainer's note names the class).
     """
     if plan is None:
         return []
