@@ -9,6 +9,7 @@ imported lazily: a tree with nothing to port never pays for loading libcst.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import gc
 import os
 import threading
@@ -17,10 +18,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from migrator.codemods.shared.alignment import realign
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline.outcomes import FileOutcome, RunConfig, RunResult, Status
-from migrator.pipeline.writes import apply, hold_back, step_groups
-from migrator.selection.half_moves import half_applied
+from migrator.pipeline.writes import apply, hold_back, report_half_moves, step_groups
 from migrator.selection.horovod_sites import init_sites, name_init_sites
 from migrator.selection.prefilter import might_need_migration
 from migrator.selection.reexports import imported_from
@@ -105,6 +106,10 @@ def finish_one(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOption
 
     result, error = _guarded(lambda: finish(prepared, plan, options), _user_bytes(prepared))
     if result is not None and result.changed:
+        # Calls whose opening bracket moved keep their continuation lines aligned with it.
+        result = dataclasses.replace(
+            result, new_source=realign(result.old_source, result.new_source)
+        )
         error = output_error(result.old_source, result.new_source)
         if error is not None:
             return None, error
@@ -310,16 +315,6 @@ def run(
             outcomes.append(FileOutcome(source, "unchanged"))
     pending, cleared = _triage(pending, add_loss_scale=config.add_loss_scale is not None)
     outcomes += [FileOutcome(source, "unchanged") for source in cleared]
-    half = half_applied(read)
-    del read
-    if half:
-        pending = [(s, d) for s, d in pending if s.display not in half]
-        outcomes = [o for o in outcomes if o.path not in half]
-        outcomes += [
-            FileOutcome(source, "failed", error=half[source.display])
-            for source in files
-            if source.display in half
-        ]
 
     if pending:
         from migrator.pipeline.transform import MigrateOptions
@@ -347,6 +342,7 @@ def run(
     for outcome in outcomes:
         outcome.findings = name_init_sites(outcome.findings, sites)
     outcomes.sort(key=lambda o: o.path)
+    report_half_moves(outcomes, read)
     hold_back(outcomes, groups)
     apply(outcomes, config, inputs, groups)
     return RunResult(outcomes, time.perf_counter() - start, config.mode)

@@ -3,6 +3,7 @@
 The files of one global-step move that spans files are written together or not at all
 (migrator.sources.files.write_together), and held back together when one of them failed to port:
 a move applied in one file and not in the other leaves a script whose global_step never advances.
+A move an earlier run left half that this run does not complete fails its file (report_half_moves).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from migrator.selection.half_moves import half_applied
 from migrator.sources.files import (
     atomic_write,
     common_root,
@@ -33,7 +35,8 @@ def step_groups(plan: GlobalStepPlan | None) -> list[list[str]]:
     A move takes the update out of a function (`plan.moves`) and puts it into the classes that
     function's optimizer uses (`plan.inserts`, named in the move's `where`); files sharing a class
     are one group. The class files come first: a run killed between two renames then leaves a
-    step advanced twice, which the next run reports, rather than never, which nothing would show.
+    step advanced twice rather than never; the next run completes either (the class's increment
+    carries npu-migrate's comment, the trainer's note names the class).
     """
     if plan is None:
         return []
@@ -60,6 +63,25 @@ def step_groups(plan: GlobalStepPlan | None) -> list[list[str]]:
         for group in members.values()
         if len(group) > 1
     ]
+
+
+def report_half_moves(outcomes: list[FileOutcome], read: Sequence[tuple[str, bytes]]) -> None:
+    """Fail the files whose moved update will still point at a class that does not advance the
+    step once this run's results are written (migrator.selection.half_moves): the plan completes
+    the half-applied moves it safely can, and these are the others, left for the user to undo.
+
+    `read` holds (path, bytes) of the files with `apply_gradients` in them as they were read.
+    """
+    by_path = {o.path: o for o in outcomes}
+    after = dict(read)
+    for outcome in outcomes:
+        if outcome.status == "changed" and outcome.new is not None:
+            after[outcome.path] = outcome.new
+    for path, error in half_applied(after.items()).items():
+        outcome = by_path.get(path)
+        if outcome is not None:
+            outcome.status = "failed"
+            outcome.error = error
 
 
 def _norm(path: str) -> str:

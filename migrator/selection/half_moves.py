@@ -4,7 +4,9 @@ that should now advance the step (in another file) without its increment.
 A run killed between the two writes of a move, or a file restored by hand, leaves the tree in that
 state; the training script then never advances global_step (a warm-up learning rate stays 0) and a
 plain re-run sees nothing to port. The note the move leaves above the commented-out update names
-the classes, so each run checks them among the files it reads.
+the classes: the global-step plan gives each such class its increment again when it can
+(`moved_updates`), and each run checks, over what the files will hold after it, that no note is
+left pointing at a class that does not advance the step (`half_applied`).
 """
 
 from __future__ import annotations
@@ -16,16 +18,37 @@ from collections.abc import Iterable
 from migrator.sources import pytree
 
 # The note (templates/global_step_moved_note.tmpl), possibly wrapped over several comment lines.
-_NOTE = re.compile(rb"npu-migrate: global_step now advances in((?:[\s#]*\w+\.apply_gradients,?)+)")
+_NOTE = re.compile(
+    rb"npu-migrate:[\s#]+global_step[\s#]+now[\s#]+advances[\s#]+in"
+    rb"((?:[\s#]+\w+\.apply_gradients,?)+)"
+)
 _CLASS = re.compile(rb"(\w+)\.apply_gradients")
+# The comment lines after the note: the original update, commented out.
+_COMMENTS = re.compile(rb"[^\n]*(?:\n[ \t]*#[^\n]*)*")
+# The op name the original update gave the new step (`tf.identity(step + 1, name="...")`).
+_OP_NAME = re.compile(rb"identity\([^\n]*?name\s*=\s*(['\"])(\w+)\1")
 
 
 def notes(source: bytes) -> list[tuple[int, list[str]]]:
     """(line, class names) of each moved-update note in a file."""
-    return [
-        (source.count(b"\n", 0, m.start()) + 1, [c.decode() for c in _CLASS.findall(m[1])])
-        for m in _NOTE.finditer(source)
-    ]
+    return [(line, classes) for line, classes, _ in moved_updates(source)]
+
+
+def moved_updates(source: bytes) -> list[tuple[int, list[str], str | None]]:
+    """(line, class names, op name of the commented-out update or None) of each note: what a
+    re-run needs to complete a move whose classes did not get their increment."""
+    found = []
+    for m in _NOTE.finditer(source):
+        block = _COMMENTS.match(source, m.end())
+        op = _OP_NAME.search(block[0]) if block else None
+        found.append(
+            (
+                source.count(b"\n", 0, m.start()) + 1,
+                [c.decode() for c in _CLASS.findall(m[1])],
+                op[2].decode() if op else None,
+            )
+        )
+    return found
 
 
 def _advances(method: ast.FunctionDef) -> bool:
@@ -81,7 +104,8 @@ def half_applied(files: Iterable[tuple[str, bytes]]) -> dict[str, str]:
                     path,
                     f"{line}:1: half-applied global-step move: the update below this line was "
                     f"moved into {name}.apply_gradients, but {name} ({where}:{class_line}) does "
-                    "not advance global_step, so nothing does. Restore the commented-out update "
+                    "not advance global_step, so nothing does, and npu-migrate cannot add the "
+                    "increment there (see that file's findings). Restore the commented-out update "
                     "(or `git checkout` both files) and run npu-migrate again",
                 )
     return found

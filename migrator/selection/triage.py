@@ -77,6 +77,8 @@ STEP_CALL_PREFIXES: tuple[str, ...] = ("assign",)
 # all: the codemods resolve names through imports, so such a chain can never mean an API.
 FRAMEWORKS: frozenset[str] = frozenset(
     {"tensorflow", "keras", "tf_keras", "torch", "torch_npu", "horovod", "npu_bridge"}
+    # Ours: a file an earlier run ported still gets the torch port's transfer_to_npu reminder.
+    | {"npu_lossscale"}
 )
 
 

@@ -190,14 +190,40 @@ def test_a_cross_file_move_is_written_all_or_none(tmp_path: Path, blocked: str) 
     assert b"# train_op = tf.group(train_op, global_step.assign_add(1))" in trainer.read_bytes()
 
 
-def test_a_half_applied_move_in_the_tree_is_reported(tmp_path: Path) -> None:
-    # What a kill between the two writes of an older npu-migrate left: the trainer ported (its
-    # update commented out), the class without its increment. A re-run used to say "0 changed".
+@pytest.mark.parametrize("restored", ["class file", "trainer"])
+def test_a_half_applied_move_in_the_tree_is_completed(tmp_path: Path, restored: str) -> None:
+    # What a kill between the two writes of a move leaves (or a file restored by hand): the class
+    # file renamed first has its increment and the trainer still advances the step itself (twice
+    # per step), or the trainer is ported and the class has no increment (never). A re-run
+    # finishes the move: the tree is then byte for byte what one uninterrupted run writes.
     tree = tmp_path / "tree"
     class_file, trainer = _crossfile_tree(tree)
-    original_class = class_file.read_bytes()
+    original = {class_file: class_file.read_bytes(), trainer: trainer.read_bytes()}
     assert run_cli("--write", ".", cwd=tree).returncode == 0
-    class_file.write_bytes(original_class)
+    ported = _snapshot(tree)
+    half = class_file if restored == "class file" else trainer
+    half.write_bytes(original[half])
+    check = run_cli("--check", ".", cwd=tree)
+    assert check.returncode == 1, check.stderr  # the half move is something to do, not "clean"
+    proc = run_cli("--write", ".", cwd=tree)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 changed, 0 warnings, 0 failed" in proc.stderr
+    assert _snapshot(tree) == ported
+    assert run_cli("--check", ".", cwd=tree).returncode == 0
+
+
+def test_a_half_applied_move_that_cannot_be_completed_is_reported(tmp_path: Path) -> None:
+    # The trainer ported, the class back without its increment and edited by hand so that the
+    # increment has nowhere to go (apply_gradients no longer returns `tf.group(*updates)`): the
+    # re-run cannot finish the move, so it names the half move and leaves the tree as it is.
+    tree = tmp_path / "tree"
+    class_file, trainer = _crossfile_tree(tree)
+    original_class = class_file.read_text()
+    assert run_cli("--write", ".", cwd=tree).returncode == 0
+    assert "return tf.group(*updates, name=name)" in original_class
+    class_file.write_text(
+        original_class.replace("return tf.group(*updates, name=name)", "return updates[0]")
+    )
     half = _snapshot(tree)
     proc = run_cli("--write", ".", cwd=tree)
     assert proc.returncode == 123
@@ -211,4 +237,23 @@ def test_a_half_applied_move_in_the_tree_is_reported(tmp_path: Path) -> None:
         "line was moved into LambLike.apply_gradients, but LambLike (lib/custom_opt.py:5) does "
         "not advance global_step" in proc.stderr
     )
+    assert _snapshot(tree) == half
+
+
+def test_a_half_applied_move_into_an_ambiguous_class_is_reported(tmp_path: Path) -> None:
+    # Two files the run ports define the class the note names (the second one uses the ported
+    # library too): which one the move meant cannot be told from the note, so nothing is guessed.
+    tree = tmp_path / "tree"
+    class_file, _ = _crossfile_tree(tree)
+    original_class = class_file.read_bytes()
+    assert run_cli("--write", ".", cwd=tree).returncode == 0
+    class_file.write_bytes(original_class)
+    (tree / "other").mkdir()
+    (tree / "other" / "custom_opt.py").write_bytes(
+        original_class + b"\nfrom npu_lossscale import NPULossScaleOptimizer\n"
+    )
+    half = _snapshot(tree)
+    proc = run_cli("--write", ".", cwd=tree)
+    assert proc.returncode == 123
+    assert "half-applied global-step move" in proc.stderr
     assert _snapshot(tree) == half

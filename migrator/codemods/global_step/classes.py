@@ -47,7 +47,7 @@ class ClassReader:
         for call in collect(apply, cst.Call, enter_defs=True):
             update = step_update(call, self.reader.qnames)
             if update is not None and update[0] == step:
-                info.state = "advances"
+                info.state = "inserted" if _inserted(apply, call) else "advances"
                 return info
         for call in collect(apply, cst.Call, enter_defs=True):
             func = call.func
@@ -155,6 +155,21 @@ class ClassReader:
             isinstance(r.value, cst.Name) and self._is_list(methods[0], r.value.value, None)
             for r in returns
         )
+
+
+def _inserted(apply: cst.FunctionDef, update: cst.Call) -> bool:
+    """Whether `update` is in the increment npu-migrate inserts: a top-level `if` of the method
+    whose leading comment starts with `npu-migrate:` (templates/global_step_*.py.tmpl)."""
+    body = apply.body.body if isinstance(apply.body, cst.IndentedBlock) else ()
+    return any(
+        isinstance(stmt, cst.If)
+        and any(
+            line.comment is not None and line.comment.value.startswith("# npu-migrate:")
+            for line in stmt.leading_lines
+        )
+        and any(call is update for call in collect(stmt, cst.Call, enter_defs=True))
+        for stmt in body
+    )
 
 
 def _step_reads(apply: cst.FunctionDef, step: str) -> list[cst.Name]:

@@ -13,6 +13,7 @@ import libcst as cst
 
 from migrator import template_files
 from migrator.codemods.shared.arguments import append_keyword
+from migrator.codemods.shared.comments import comment_lines, line_limit, width, wrap_statements
 
 
 def template(name: str) -> str:
@@ -79,14 +80,27 @@ def _comment(text: str) -> cst.EmptyLine:
 
 
 class Editor(cst.CSTTransformer):
+    """Applies `Edits`; the comments it writes (the note, the inserted increment's) are wrapped to
+    the file's own line length (migrator.codemods.shared.comments)."""
+
     def __init__(self, module: cst.Module, edits: Edits) -> None:
         super().__init__()
         self.module = module
         self.edits = edits
+        self.limit = line_limit(module.code)
+        self.indents: list[str] = []  # the enclosing blocks' indentation, outermost first
+
+    def _indent(self, block: cst.IndentedBlock) -> str:
+        return block.indent if block.indent is not None else self.module.default_indent
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self.indents.append(self._indent(node))
 
     def leave_IndentedBlock(
         self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
     ) -> cst.IndentedBlock:
+        indent = width("".join(self.indents))
+        self.indents.pop()
         if not any(id(s) in self.edits.removals for s in original_node.body):
             return updated_node
         body: list[cst.BaseStatement] = []
@@ -100,7 +114,7 @@ class Editor(cst.CSTTransformer):
             note, replacement = removal
             pending.extend(original.leading_lines)
             if note is not None:
-                pending.append(_comment(f"# {note}"))
+                pending.extend(comment_lines(note, indent, self.limit))
             code = self.module.code_for_node(original.with_changes(leading_lines=()))
             pending.extend(
                 _comment(f"# {line}" if line.strip() else "#") for line in code.splitlines()
@@ -131,9 +145,13 @@ class Editor(cst.CSTTransformer):
         inserted = self.edits.insertions.get(id(original_node))
         if inserted is None or not isinstance(updated_node.body, cst.IndentedBlock):
             return updated_node
+        indent = width("".join(self.indents) + self._indent(updated_node.body))
+        unit = width(self.module.default_indent)
         body = list(updated_node.body.body)
-        body[-1:-1] = inserted
-        opening = self.edits.openings.get(id(original_node), [])
+        body[-1:-1] = wrap_statements(inserted, indent, unit, self.limit)
+        opening = wrap_statements(
+            self.edits.openings.get(id(original_node), []), indent, unit, self.limit
+        )
         body[_docstring_length(body) : _docstring_length(body)] = opening
         return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
 

@@ -14,7 +14,9 @@ import libcst as cst
 NEW_STEP = "new_global_step"  # the name the templates give the step being made
 
 RefKind = Literal["local", "import", "builtin", "unknown"]
-ClassState = Literal["insertable", "advances", "follows_bases", "unsupported"]
+# "inserted": it advances the step by the increment npu-migrate inserts (its comment says so), so a
+# function still advancing the step outside is the other half of a move left half-applied.
+ClassState = Literal["insertable", "inserted", "advances", "follows_bases", "unsupported"]
 
 
 @dataclasses.dataclass(frozen=True)

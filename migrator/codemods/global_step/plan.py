@@ -33,6 +33,7 @@ from migrator.codemods.global_step.edit import (
 from migrator.codemods.global_step.model import NEW_STEP, ClassState, ModuleAnalysis, OptimizerRef
 from migrator.codemods.shared import rules
 from migrator.findings import Finding
+from migrator.selection.half_moves import moved_updates
 from migrator.selection.prefilter import (
     GLOBAL_STEP_TRIGGERS as GLOBAL_STEP_TRIGGERS,  # contract name
 )
@@ -72,6 +73,9 @@ class GlobalStepFacts:
     functions: tuple[FunctionFact, ...]
     loss_scale_lines: tuple[int, ...]
     unscaled_steps: tuple[tuple[str, int], ...]
+    # (line, classes, op name) of each note a move left above an update it commented out: a
+    # class named there that can still take the increment did not get it (a half-applied move).
+    notes: tuple[tuple[int, tuple[str, ...], str | None], ...] = ()
 
 
 DEFAULT_OP_NAME = "step_update"
@@ -140,7 +144,11 @@ def scan(module: MetadataWrapper | cst.Module, path: str, *, source: bytes) -> G
     if not metadata_needed(source):
         return GlobalStepFacts(_norm(path), (), (), (), ())
     wrapper = module if isinstance(module, MetadataWrapper) else MetadataWrapper(module)
-    return _facts(_analyze(wrapper), path)
+    facts = _facts(_analyze(wrapper), path)
+    if b"npu-migrate:" not in source:
+        return facts
+    notes = tuple((line, tuple(names), op) for line, names, op in moved_updates(source))
+    return dataclasses.replace(facts, notes=notes)
 
 
 def touches(plan: GlobalStepPlan, path: str) -> bool:
@@ -211,7 +219,8 @@ class _Resolver:
         where = f"{cls.name} ({path}:{cls.line})"
         if (path, cls.name) in seen:
             return set(), False, [f"{where} inherits from itself"]
-        if cls.state == "insertable":
+        if cls.state in ("insertable", "inserted"):
+            # "inserted": a move left half by a killed or failed write; the function completes it.
             return {(path, cls.name)}, False, []
         if cls.state == "advances":
             return set(), False, [f"{where} already advances global_step in apply_gradients"]
@@ -279,7 +288,7 @@ def build_plan(facts: Iterable[GlobalStepFacts]) -> GlobalStepPlan:
                 )
                 changed = True
     moves, warnings = [], []
-    op_names: dict[tuple[str, str], set[str]] = {}
+    op_names = _half_applied_inserts(resolver, {c for f in blocked for c in uses.get(f, ())})
     for (path, key), (_, fn) in sorted(functions.items()):
         if (path, key) in blocked:
             reason, line = blocked[path, key]
@@ -315,6 +324,27 @@ def build_plan(facts: Iterable[GlobalStepFacts]) -> GlobalStepPlan:
         for (path, cls), names in op_names.items()
     )
     return GlobalStepPlan(tuple(moves), tuple(inserts), tuple(warnings))
+
+
+def _half_applied_inserts(
+    resolver: _Resolver, tainted: set[tuple[str, str]]
+) -> dict[tuple[str, str], set[str]]:
+    """class -> op names, for the classes a moved-update note names that never got their increment
+    (a run killed between the writes of a move, a class file restored by hand): the move is
+    completed there. Only where it is unambiguous and safe: one class of that name among the files,
+    still insertable, and used by no function whose own update stays (its step would advance
+    twice). Elsewhere the note stays half and the run reports it (migrator.selection.half_moves).
+    """
+    found: dict[tuple[str, str], set[str]] = {}
+    for facts in resolver.files.values():
+        for _, names, op in facts.notes:
+            for name in names:
+                places = [key for key in resolver.classes if key[1] == name]
+                if len(places) != 1 or places[0] in tainted:
+                    continue
+                if resolver.classes[places[0]].state == "insertable":
+                    found.setdefault(places[0], set()).add(op or DEFAULT_OP_NAME)
+    return found
 
 
 def _manual(path: str, line: int, name: str, reason: str) -> Finding:
@@ -383,7 +413,7 @@ def rewrite(
     quote = quote_style(module)
     for name in sorted(inserts):
         cls = analysis.classes.get(name)
-        if cls is None or cls.state == "advances":
+        if cls is None or cls.state in ("advances", "inserted"):
             continue
         if cls.state != "insertable" or cls.apply is None:
             findings.append(

@@ -34,6 +34,7 @@ from migrator.codemods.torch.arguments import builder
 from migrator.codemods.torch.imports import Conflict, ImportSite, plan_imports
 from migrator.codemods.torch.names import Kind
 from migrator.codemods.torch.plan import TorchPlan
+from migrator.codemods.torch.ported import first_ported_scaler
 from migrator.findings import Finding
 from migrator.selection.reexports import module_name
 
@@ -426,6 +427,9 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             return
         self._unused_imports()
         if not self._sites:
+            ported = None if self._transfer else first_ported_scaler(original_node, self)
+            if ported is not None:  # ported by an earlier run: the reminder still holds
+                self._warn(ported, _TRANSFER_NOTE, DEVICE_RULE)
             return
         for binding in self._bindings:
             if binding.bound in self._reexported and self._module_level(binding.node):
@@ -593,4 +597,3 @@ def _catches_import_error(statement: cst.Try) -> bool:
             if nodes.dotted(value).rpartition(".")[2] in caught:
                 return True
     return False
-
