@@ -14,6 +14,9 @@ incr_ratio, decr_ratio, is_distributed, ...)`:
   increment_period, multiplier)` its three values (a multiplier m other than 2 as
   `incr_ratio=m, decr_ratio=1/m`, which is TF's rule), an inline `FixedLossScale(v)` a fixed v.
 
+Keras 2 scripts (tf_keras, `optimizers.legacy`, TensorFlow Addons, the experimental wrapper, a
+TF_USE_LEGACY_KERAS the file sets) are ported like the others; `version.py` decides which Keras
+the file runs and so which class it names, and the report says which it assumed and why.
 Whatever cannot be mapped exactly is left as written, with a warning that says why. Sites are
 collected while the TF1 analysis walks the file and decided in `finish`, once every loss-scale
 object of the file has been seen; `is_distributed=` is the TF1 port's decision for the same call.
@@ -26,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import libcst as cst
 
+from migrator import template_files
+from migrator.codemods.keras import version
 from migrator.codemods.shared import api, rules
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.api import Kind
@@ -35,7 +40,7 @@ from migrator.codemods.shared.plan import Builder
 from migrator.codemods.tf1.sites import LossScaleObject
 
 RULE = rules.KERAS_LOSS_SCALE_OPTIMIZER
-TARGET = f"{api.KERAS_MODULE}.LossScaleOptimizer"
+_CHOICE_TEMPLATE = "keras_loss_scale_choice.py.tmpl"
 _KEYWORDS = ("inner_optimizer", "dynamic", "initial_scale", "dynamic_growth_steps", "name")
 # The inner optimizer's parameter name in each spelling.
 _INNER = {"keras": "inner_optimizer", "experimental": "optimizer", "graph-rewrite": "opt"}
@@ -53,6 +58,8 @@ class KerasSite:
     bound: dict[str, int]
     problem: str | None
     keras_2_order: bool = False  # positional arguments in tf_keras's order
+    either_order: bool = False  # `tf.keras`/`keras` with an ambiguous second positional argument
+    keras_3_name: bool = False  # a name only Keras 3 has (`keras.optimizers.LossScaleOptimizer`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +68,7 @@ class LossScale:
     transformed call (the argument itself, or the arguments of the inline loss-scale object at
     the indexes in `ctor_bound`)."""
 
-    kind: str  # "default" | "dynamic" | "fixed" | "ctor-dynamic" | "ctor-fixed"
+    kind: str  # "default" | "dynamic" | "fixed" | "ctor-dynamic" | "ctor-fixed" | "runtime"
     ctor_bound: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
@@ -69,13 +76,13 @@ class LossScale:
 class Tf1Facts:
     """What the Keras port asks of the TF1 analysis of the same file, and nothing more: the kind of
     an optimizer expression, the loss-scale object an argument names, `is_distributed=` for a
-    call (the TF1 port's decision, asked with keras=True), and whether the file names
-    TF_USE_LEGACY_KERAS (known once the file has been read)."""
+    call (the TF1 port's decision, asked with keras=True), and where the file pins Keras 2
+    (its tf_keras use and TF_USE_LEGACY_KERAS settings, known once the file has been read)."""
 
     optimizer_flavour: Callable[[cst.BaseExpression], str | None]
     loss_scale_object: Callable[[cst.BaseExpression], LossScaleObject | None]
     is_distributed: Callable[..., tuple[cst.BaseExpression | None, str]]
-    legacy_keras: Callable[[], bool]
+    keras_pins: Callable[[], tuple[cst.CSTNode | None, tuple[tuple[cst.CSTNode, bool | None], ...]]]
 
 
 class KerasPort:
@@ -100,10 +107,12 @@ class KerasPort:
             return
         order = api.keras_order(name) or _order_from_literals(call)
         if isinstance(order, str):
-            self.sites.append(KerasSite(call, "keras", a.line(call), {}, order))
+            site = KerasSite(call, "keras", a.line(call), {}, order, either_order=True)
+            self.sites.append(site)
             return
         bound = args_.bind(call, ("inner_optimizer", *order), _KEYWORDS)
-        self._add(call, "keras", bound, keras_2_order=order == api.KERAS_2_ORDER)
+        keras_2, keras_3 = order == api.KERAS_2_ORDER, api.keras_order(name) == api.KERAS_3_ORDER
+        self._add(call, "keras", bound, keras_2_order=keras_2, keras_3_name=keras_3)
 
     def graph_rewrite(self, call: cst.Call, bound: dict[str, int]) -> None:
         """`enable_mixed_precision_graph_rewrite(opt, loss_scale)` whose `opt` is Keras."""
@@ -121,16 +130,16 @@ class KerasPort:
 
     def _value_use(self, node: cst.CSTNode, kind: Kind, name: str) -> None:
         a = self.file
-        keras_3 = kind is Kind.KERAS_OPTIMIZER and api.keras_order(name) != api.KERAS_2_ORDER
-        if keras_3 and _isinstance_class(node, a.parent):
-            # npu_lossscale.keras.LossScaleOptimizer subclasses Keras 3's class: still true.
+        if kind is Kind.KERAS_OPTIMIZER and _isinstance_class(node, a.parent):
+            # npu_lossscale.keras's classes subclass Keras's own (2's or 3's): still true.
             return
         what = a.code(node)
         if _isinstance_class(node, a.parent):
             reason = (
-                f"npu_lossscale.keras.LossScaleOptimizer subclasses Keras 3's "
-                f"keras.mixed_precision.LossScaleOptimizer, not `{what}`, so this isinstance() "
-                "test is false for it; test against keras.mixed_precision.LossScaleOptimizer"
+                "npu_lossscale.keras's LossScaleOptimizer subclasses Keras's "
+                f"mixed_precision.LossScaleOptimizer (Keras 2's or 3's), not `{what}`, so this "
+                "isinstance() test is false for it; test against "
+                "keras.mixed_precision.LossScaleOptimizer"
             )
         else:
             reason = (
@@ -141,31 +150,74 @@ class KerasPort:
 
     # ----------------------------------------------------------------- deciding
     def finish(self) -> None:
-        for site in self.sites:
-            self._decide(site)
+        if not self.sites:
+            return
+        tf_keras, settings = self.tf1.keras_pins()
+        evidence = version.Evidence(tf_keras, settings, self._keras_2_use())
+        assumed = version.decide(self.file, evidence)
+        noted = False
+        for site in sorted(self.sites, key=lambda s: s.line):
+            if assumed.problem is None and site.either_order and assumed.keras_2:
+                site = self._rebound(site)
+            ported = self._decide(site, assumed)
+            if ported and not noted:
+                self.file.report(site.line, rules.KERAS_VERSION, assumed.note)
+                noted = True
 
-    def _decide(self, site: KerasSite) -> None:
+    def _keras_2_use(self) -> tuple[int, str] | None:
+        """The first wrapper call that only Keras 2 runs: the experimental wrapper, tf_keras's
+        positional order, a Keras 2 optimizer inside (optimizers.legacy, TensorFlow Addons)."""
+        a = self.file
+        found = []
+        for site in self.sites:
+            if site.spelling == "experimental":
+                found.append((site.line, f"`{a.code(site.call.func)}`, an API only Keras 2 has"))
+            elif site.keras_2_order:
+                found.append((site.line, "a bool as second argument (Keras 2's `dynamic`)"))
+            inner = _INNER[site.spelling]
+            index = 0 if site.either_order else site.bound.get(inner)
+            if index is not None and index < len(site.call.args):
+                expr = site.call.args[index].value
+                if self.tf1.optimizer_flavour(expr) == "keras2":
+                    what = _one_line(a.code(expr))
+                    found.append((site.line, f"`{what}`, a Keras 2 optimizer"))
+        return min(found, default=None)
+
+    def _rebound(self, site: KerasSite) -> KerasSite:
+        """An ambiguous positional call bound in Keras 2's order, the file being Keras 2."""
+        bound = args_.bind(site.call, ("inner_optimizer", *api.KERAS_2_ORDER), _KEYWORDS)
+        if isinstance(bound, str):
+            return site
+        problem = None if "inner_optimizer" in bound else "the optimizer argument is missing"
+        return dataclasses.replace(site, bound=bound, problem=problem, keras_2_order=True)
+
+    def _decide(self, site: KerasSite, assumed: version.KerasVersion) -> bool:
         a = self.file
         what = a.code(site.call.func)
-        problem = site.problem
-        if problem is None:
-            problem = self._inner_problem(site)
+        problem = site.problem or assumed.problem
+        if problem is None and site.keras_3_name and assumed.keras_2:
+            problem = (
+                f"`{what}` exists only in Keras 3, and the rest of the file runs Keras 2 "
+                f"({assumed.note.split(';')[0].removeprefix('Keras 2 assumed: ')}); one file "
+                "cannot hold both, port it by hand"
+            )
         scale = LossScale("default")
         if problem is None and site.spelling != "keras":
             scale, problem = self._loss_scale(site)
         if problem is not None:
             rule = rules.GRAPH_REWRITE if site.spelling == "graph-rewrite" else RULE
             a.report(site.line, rule, f"`{what}(...)` left unchanged: {problem}", "warning")
-            return
-        self._unseen_inner(site)
+            return False
+        self._unseen_inner(site, assumed.target)
         value, why = self.tf1.is_distributed(site.call, keras=True)
-        a.port_call(site.call, api.KERAS_OPTIMIZER, _builder(site, scale, value))
+        a.port_call(site.call, assumed.target, _builder(site, scale, value))
         if value is not None:
             extra = f", is_distributed={a.code(value)} because {why}"
         else:
             extra = f", no is_distributed because {why}" if why else ""
         rule = rules.GRAPH_REWRITE if site.spelling == "graph-rewrite" else RULE
-        message = f"`{what}(...)` -> {TARGET}(...){_detail(site, scale)}{extra}"
+        target = f"{api.target_module(assumed.target)}.{api.target_class(assumed.target)}"
+        message = f"`{what}(...)` -> {target}(...){_detail(site, scale)}{extra}"
         a.report(site.line, rule, message)
         if site.spelling == "graph-rewrite":
             a.report(
@@ -177,10 +229,11 @@ class KerasPort:
                 "(keras.mixed_precision.set_global_policy) or the NPU's precision_mode does",
                 "warning",
             )
+        return True
 
-    def _unseen_inner(self, site: KerasSite) -> None:
+    def _unseen_inner(self, site: KerasSite, target: str) -> None:
         """Warn where the wrapped optimizer's constructor cannot be seen (a parameter, another
-        module): a Keras 2 one (tf_keras, optimizers.legacy, TensorFlow Addons) fails there."""
+        module): one of the other Keras, or a tf.compat.v1 one, fails there."""
         a = self.file
         inner = site.call.args[site.bound[_INNER[site.spelling]]].value
         if self.tf1.optimizer_flavour(inner) is not None:
@@ -191,34 +244,19 @@ class KerasPort:
                 "; taken as a Keras optimizer, the only kind TF 2's "
                 "enable_mixed_precision_graph_rewrite takes (the file names no TF 1-only symbol)"
             )
+        takes = (
+            "npu_lossscale.keras.keras2.LossScaleOptimizer wraps Keras 2 optimizers only"
+            if target == version.KERAS_2_TARGET
+            else "npu_lossscale.keras.LossScaleOptimizer wraps the optimizers of the Keras the "
+            "process runs"
+        )
         a.warn(
             inner,
             rules.OPTIMIZER_KIND_UNKNOWN,
-            f"cannot see how `{_one_line(a.code(inner))}` is built{assumed}; "
-            "npu_lossscale.keras.LossScaleOptimizer wraps Keras 3 optimizers only, so it raises "
-            "ValueError at start-up if this is a Keras 2 one (tf_keras, optimizers.legacy, "
-            "TensorFlow Addons) or a tf.compat.v1 one",
-        )
-
-    def _inner_problem(self, site: KerasSite) -> str | None:
-        """Why the wrapped optimizer cannot go into npu_lossscale.keras.LossScaleOptimizer: a Keras
-        2 optimizer there raises ValueError at construction (it subclasses Keras 3's wrapper)."""
-        a = self.file
-        if self.tf1.legacy_keras():
-            return (
-                "the file names TF_USE_LEGACY_KERAS, with which tf.keras is Keras 2 (tf_keras), "
-                "and npu_lossscale.keras.LossScaleOptimizer wraps Keras 3 optimizers only "
-                "(ValueError at start-up); drop that setting and run npu-migrate again, or port "
-                "it by hand"
-            )
-        inner = site.call.args[site.bound[_INNER[site.spelling]]].value
-        if self.tf1.optimizer_flavour(inner) != "keras2":
-            return None
-        return (
-            f"`{_one_line(a.code(inner))}` is, or may be, a Keras 2 optimizer (tf_keras, "
-            "optimizers.legacy or TensorFlow Addons), and npu_lossscale.keras.LossScaleOptimizer "
-            "wraps Keras 3 optimizers only (ValueError at start-up); port the optimizer to "
-            "keras.optimizers first, then run npu-migrate again"
+            f"cannot see how `{_one_line(a.code(inner))}` is built{assumed}; {takes}, so it "
+            "raises ValueError at start-up if this is one of the other Keras (tf_keras, "
+            "optimizers.legacy or TensorFlow Addons in a Keras 3 process, or the reverse) or a "
+            "tf.compat.v1 one",
         )
 
     def _loss_scale(self, site: KerasSite) -> tuple[LossScale, str | None]:
@@ -246,6 +284,8 @@ class KerasPort:
                 "the Keras optimizer keeps the scale itself, so pass its arguments inline, or "
                 "port its other uses by hand"
             )
+        if ctor is None and not args_.has_call(value) and _is_reference(value):
+            return LossScale("runtime"), None
         if ctor is None:
             return LossScale("default"), (
                 f"its loss scale `{_one_line(a.code(value))}` is not 'dynamic', a number or a "
@@ -309,6 +349,10 @@ def _detail(site: KerasSite, scale: LossScale) -> str:
         ),
         "ctor-dynamic": " (its DynamicLossScale -> initial_scale, dynamic_growth_steps, TF's rule)",
         "ctor-fixed": " (its FixedLossScale -> initial_scale, dynamic=False; overflows skip)",
+        "runtime": (
+            " (its loss_scale, 'dynamic' or a number at run time, picks the keywords when the "
+            "script runs: 'dynamic' the default rule, a number N initial_scale=N, dynamic=False)"
+        ),
     }[scale.kind]
 
 
@@ -318,6 +362,8 @@ def _scale_keywords(scale: LossScale, value: cst.BaseExpression) -> list[cst.Arg
         return []
     if scale.kind == "fixed":
         return [args_.keyword("initial_scale", value), _false("dynamic")]
+    if scale.kind == "runtime":
+        return [_runtime_choice(value)]
     assert isinstance(value, cst.Call)
     given = {name: value.args[i].value for name, i in scale.ctor_bound.items()}
     if scale.kind == "ctor-fixed":
@@ -332,6 +378,27 @@ def _scale_keywords(scale: LossScale, value: cst.BaseExpression) -> list[cst.Arg
         out.append(args_.keyword("incr_ratio", multiplier))
         out.append(args_.keyword("decr_ratio", args_.reciprocal(multiplier)))
     return out
+
+
+def _is_reference(node: cst.BaseExpression) -> bool:
+    """A name, `a.b.c` or `a[b]` chain: cheap and safe to read twice."""
+    if isinstance(node, cst.Name):
+        return node.value not in ("None", "True", "False")
+    if isinstance(node, cst.Attribute):
+        return _is_reference(node.value)
+    if isinstance(node, cst.Subscript):
+        return _is_reference(node.value)
+    return False
+
+
+def _runtime_choice(value: cst.BaseExpression) -> cst.Arg:
+    """`**({} if v == "dynamic" else {"initial_scale": v, "dynamic": False})`, from the template
+    templates/keras_loss_scale_choice.py.tmpl."""
+    text = template_files.read(_CHOICE_TEMPLATE)
+    line = next(s for s in text.splitlines() if s.strip() and not s.startswith("#"))
+    code = cst.Module([]).code_for_node(value)
+    expr = cst.parse_expression(line.strip().removeprefix("**").format(value=code, q='"'))
+    return cst.Arg(value=expr, star="**")
 
 
 def _false(name: str) -> cst.Arg:

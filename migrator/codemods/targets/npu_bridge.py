@@ -21,8 +21,12 @@ and this step only changes the spelling:
 A Keras port targets the adapter's Keras class for TensorFlow 2.6.5 (Keras 2), which the vendor
 documents as `npu_device`'s `npu.train.optimizer.NpuLossScaleOptimizer(inner_optimizer, dynamic,
 initial_scale, dynamic_growth_steps)`, a subclass of Keras 2's LossScaleOptimizer: the import
-becomes `import npu_device as npu` and each use of the class that one, with only those four
-arguments (the others are dropped and reported as lost).
+(`npu_lossscale.keras`, or `npu_lossscale.keras.keras2` where the file pins Keras 2) becomes
+`import npu_device as npu` and each use of the class that one, with only those four arguments (the
+others are dropped and reported as lost). The adapter has no Keras 3 class, so a file that runs
+Keras 3 -- Keras 3's positional order (`initial_scale` second, where the adapter's class takes
+`dynamic`), or a Keras 3-only API (`keras.ops`, `keras.config`, `scale_loss`) -- is left as it
+was, with the reason.
 
 A file whose port needs more than that (the PyTorch front-end, the logging hook, `from_manager`)
 is left as it was, with a warning saying why: half of it on the adapter and half on npu_lossscale
@@ -63,6 +67,10 @@ _MANAGERS = ("FixedLossScaleManager", "ExponentialUpdateLossScaleManager")
 KERAS_CLASS = "npu.train.optimizer.NpuLossScaleOptimizer"
 KERAS_PARAMETERS = ("inner_optimizer", "dynamic", "initial_scale", "dynamic_growth_steps")
 _IMPORT = "from npu_bridge.npu_init import *\n"
+# Our Keras modules: the class chosen at import time, and Keras 2's by name.
+_KERAS_MODULES = ("npu_lossscale.keras", "npu_lossscale.keras.keras2")
+# What only Keras 3 has: the adapter's Keras class (Keras 2) cannot serve such a script.
+_KERAS_3_ONLY = ("keras.ops.", "keras.config.", "keras.src.")
 # What in a file shows that it all-reduces gradients itself, so the adapter's distributed
 # wrapper must not be added a second time.
 _OWN_ALLREDUCE = ("DistributedOptimizer", "npu_distributed_optimizer_wrapper", "strategy")
@@ -88,6 +96,8 @@ def retarget(path: str, ported: bytes) -> Retargeted | None:
 
     survey = _Survey()
     module.visit(survey)
+    if survey.keras and survey.keras_3:
+        survey.unsupported.append(survey.keras_3[0])
     if not survey.imports and not survey.unsupported:
         return None
     if survey.unsupported:
@@ -100,8 +110,9 @@ def retarget(path: str, ported: bytes) -> Retargeted | None:
                     line(node),
                     UNSUPPORTED,
                     f"not ported: --target npu-bridge has no counterpart for {what} (the adapter "
-                    "ships only the TF1 NPULossScaleOptimizer and loss-scale managers); port this "
-                    "file with the default target, or by hand",
+                    "ships the TF1 NPULossScaleOptimizer and loss-scale managers, and for TF "
+                    "2.6.5's Keras 2 npu.train.optimizer.NpuLossScaleOptimizer); port this file "
+                    "with the default target, or by hand",
                     kind="warning",
                 )
             ],
@@ -121,6 +132,7 @@ class _Survey(cst.CSTVisitor):
         self.managers: set[str] = set()
         self.keras: set[str] = set()  # names bound to npu_lossscale.keras.LossScaleOptimizer
         self.bound: set[str] = set()  # every name the module binds at its top level
+        self.keras_3: list[tuple[cst.CSTNode, str]] = []  # what shows the file runs Keras 3
 
     def visit_Name(self, node: cst.Name) -> None:
         self.bound.add(node.value)
@@ -132,6 +144,22 @@ class _Survey(cst.CSTVisitor):
             and node.attr.value != "__name__"
         ):
             self.unsupported.append((node, f"`{node.value.value}.{node.attr.value}` (ours only)"))
+        dotted = _dotted(node)
+        if node.attr.value == "scale_loss" or (dotted + ".").startswith(_KERAS_3_ONLY):
+            what = f"Keras 3 (the file uses `{dotted}`, which only Keras 3 has)"
+            self.keras_3.append((node, what))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        if isinstance(func, cst.Name) and func.value in self.keras and len(positional) > 1:
+            self.keras_3.append(
+                (
+                    node,
+                    "Keras 3's positional order in this LossScaleOptimizer call (`initial_scale` "
+                    "second, where the adapter's Keras 2 class takes `dynamic`)",
+                )
+            )
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         for statement in node.body:
@@ -147,9 +175,7 @@ class _Survey(cst.CSTVisitor):
                         imported = _dotted(alias.name)
                         if imported not in ADAPTER_PARAMETERS or alias.asname is not None:
                             self.unsupported.append((node, f"npu_lossscale's `{imported}`"))
-                elif name == "npu_lossscale.keras" and not isinstance(
-                    statement.names, cst.ImportStar
-                ):
+                elif name in _KERAS_MODULES and not isinstance(statement.names, cst.ImportStar):
                     self.imports.append(statement)
                     for alias in statement.names:
                         imported = _dotted(alias.name)
@@ -210,12 +236,12 @@ class _Rewriter(cst.CSTTransformer):
             for s in original_node.body
             if isinstance(s, cst.ImportFrom)
             and s.module is not None
-            and _dotted(s.module) in ("npu_lossscale", "npu_lossscale.keras")
+            and _dotted(s.module) in ("npu_lossscale", *_KERAS_MODULES)
         ]
         if not ours:
             return updated_node
         self.imports.append(original_node)
-        if ours[0] == "npu_lossscale.keras":
+        if ours[0] in _KERAS_MODULES:
             statement = cst.parse_statement(self.keras_import)
             return statement.with_changes(leading_lines=updated_node.leading_lines)
         if self.import_done:

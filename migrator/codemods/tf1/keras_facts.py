@@ -1,13 +1,17 @@
 """What a file shows of its Keras and TensorFlow generation, and its mixed_float16 policies.
 
 Which port an optimizer of unseen kind goes to depends on the file's generation (Keras names or
-model.compile/fit calls; TF 1-only symbols; TF_USE_LEGACY_KERAS, with which tf.keras is Keras 2).
+model.compile/fit calls; TF 1-only symbols). Which Keras a ported file runs is read here too:
+an import of tf_keras, and a TF_USE_LEGACY_KERAS the file sets (with which tf.keras is Keras 2),
+also inside a helper function of the file (`keras_version.KerasVersion` decides from them).
 A global mixed_float16 policy with no LossScaleOptimizer named anywhere is warned in `finish`:
 Keras then wraps the compiled optimizer in its own, whose inf/NaN check misses an NPU's saturated
 overflows.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import libcst as cst
 
@@ -26,34 +30,50 @@ class KerasFacts:
         # cannot be seen: Keras names or model.compile/fit calls; TF 1-only symbols
         self.uses_keras = False
         self.uses_v1 = False
-        # the file names TF_USE_LEGACY_KERAS: its tf.keras may be Keras 2 (tf_keras)
-        self.legacy_keras = False
+        # where the file first names tf_keras, and where it sets TF_USE_LEGACY_KERAS (with the
+        # value: True for "1"/"true", False for "0"/"false", None when chosen at run time)
+        self.tf_keras: cst.CSTNode | None = None
+        self.legacy_settings: list[tuple[cst.CSTNode, bool | None]] = []
         # global mixed_float16 policies set here, and whether any LossScaleOptimizer is named
         # (setter, surely fp16, the Policy's own loss_scale argument)
         self.fp16_policies: list[tuple[cst.Call, bool, cst.BaseExpression | None]] = []
         self.names_lso = False
+        # a program of its own (`if __name__ == "__main__"`) that shows no training at all
+        # (an evaluation script) never compiles an optimizer for Keras to wrap
+        self.entry_script = False
+        self.trains = False
 
-    def saw(self, name: str) -> None:
+    def saw(self, name: str, node: cst.CSTNode) -> None:
         """A reference the walk resolved to the imported qualified `name`."""
+        if self.tf_keras is None and (name == "tf_keras" or name.startswith("tf_keras.")):
+            self.tf_keras = node
         if api.mentions_keras(name):
             self.uses_keras = True
         if api.is_tf1_signal(name):
             self.uses_v1 = True
         if name.endswith("LossScaleOptimizer"):
             self.names_lso = True
+        if ".optimizers." in name or name.endswith(".GradientTape"):
+            self.trains = True
 
     def visit_Call(self, node: cst.Call) -> None:
         func = self.file.canonical(node.func)
         if func is None and _is_keras_training_call(node):
             self.uses_keras = True
+        if _is_keras_training_call(node) or _is_training_step(node):
+            self.trains = True
         if func is not None and api.is_policy_setter(func):
             fp16, loss_scale = self._fp16_policy(node)
             if fp16 is not None:
                 self.fp16_policies.append((node, fp16, loss_scale))
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        if "TF_USE_LEGACY_KERAS" in node.value:
-            self.legacy_keras = True
+        if args_.string_value(node) == "__main__":
+            self.entry_script = True
+        if args_.string_value(node) == "TF_USE_LEGACY_KERAS":
+            setting = _legacy_setting(node, self.file.parent)
+            if setting is not None:
+                self.legacy_settings.append(setting)
 
     def _fp16_policy(self, setter: cst.Call) -> tuple[bool | None, cst.BaseExpression | None]:
         """Whether a policy setter sets mixed_float16: True (`"mixed_float16"`, also through
@@ -87,7 +107,7 @@ class KerasFacts:
         """A global mixed_float16 policy makes Keras wrap the optimizer of model.compile() in its
         own LossScaleOptimizer, whose inf/NaN check cannot see an NPU's saturated overflows;
         nothing in such a file names a loss-scale API to port, so it would pass unremarked."""
-        if self.names_lso:
+        if self.names_lso or (self.entry_script and not self.trains):
             return
         for call, surely, loss_scale in self.fp16_policies:
             policy = (
@@ -111,6 +131,50 @@ class KerasFacts:
                 "`model.compile(optimizer=npu_lossscale.keras.LossScaleOptimizer(opt), ...)` "
                 f"with an optimizer object (not a string), which Keras then leaves as it is{keep}",
             )
+
+
+_TRUE = ("1", "true", "True")  # the spellings TensorFlow reads as "use tf_keras"
+_SETTERS = ("setdefault", "putenv", "__setitem__")
+
+
+def _legacy_setting(
+    key: cst.SimpleString, parent: Callable[[cst.CSTNode], cst.CSTNode | None]
+) -> tuple[cst.CSTNode, bool | None] | None:
+    """(statement, value) where the string "TF_USE_LEGACY_KERAS" is the key of a setting of the
+    environment -- `os.environ[KEY] = v`, `os.environ.setdefault(KEY, v)`, `os.putenv(KEY, v)`,
+    `os.environ.update({KEY: v})` -- else None (a read, a message)."""
+    up = parent(key)
+    value: cst.BaseExpression | None = None
+    if isinstance(up, cst.Index):
+        subscript = parent(parent(up))
+        target = parent(subscript)
+        assign = parent(target)
+        if isinstance(target, cst.AssignTarget) and isinstance(assign, cst.Assign):
+            value, up = assign.value, assign
+    elif isinstance(up, cst.Arg):
+        call = parent(up)
+        if (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in _SETTERS
+            and len(call.args) == 2
+            and call.args[0] is up
+        ):
+            value, up = call.args[1].value, call
+    elif isinstance(up, cst.DictElement) and up.key is key:
+        value = up.value
+    if value is None or up is None:
+        return None
+    text = args_.string_value(value)
+    if text is None:
+        return up, None
+    return up, text in _TRUE
+
+
+def _is_training_step(call: cst.Call) -> bool:
+    """`opt.apply_gradients(...)`, `opt.minimize(...)`: a training step by hand."""
+    func = call.func
+    return isinstance(func, cst.Attribute) and func.attr.value in ("apply_gradients", "minimize")
 
 
 def _is_keras_training_call(call: cst.Call) -> bool:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import libcst as cst
 from libcst.metadata import Scope
 
+from migrator.codemods.keras.version import KERAS_2_TARGET
 from migrator.codemods.shared import api, rules
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.imports import ImportPlan, imported_names, plan_imports
@@ -26,6 +27,7 @@ _ALIASES = {
     api.DYNAMIC: "NPUExponentialUpdateLossScaleManager",
     api.OPTIMIZER: "NpuLossScaleOptimizer",
     api.KERAS_OPTIMIZER: "NPUKerasLossScaleOptimizer",
+    KERAS_2_TARGET: "NPUKerasLossScaleOptimizer",
 }
 
 

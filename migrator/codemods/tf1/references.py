@@ -101,7 +101,7 @@ class ApiReferences:
             return False
         name = self.file.canonical(node)
         if name is not None:
-            self.keras_facts.saw(name)
+            self.keras_facts.saw(name, node)
         kind = api.classify(name) if name is not None else None
         if kind is None:
             return True

@@ -251,3 +251,99 @@ def test_a_second_run_changes_nothing(lamb, tmp_path: Path) -> None:
     bridge = lamb[1]
     proc = run_cli(bridge / "optimization.py", "--check", "--target", "npu-bridge")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+KERAS_2 = MIGRATOR_FIXTURES / "keras2"
+TF265 = Path(os.environ.get("NPU_TF265_PYTHON", REPO_ROOT / ".venv-tf265" / "bin" / "python"))
+TRAIN_STEPS = ("1", "1", "inf", "1", "1")
+
+
+def _keras_steps(python: Path, script: Path) -> list[dict]:
+    """A Keras trainer's JSON step lines, the stand-in adapter first on the path."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env["PYTHONPATH"] = os.pathsep.join([str(STUB), str(REPO_ROOT)])
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    done = subprocess.run(
+        [str(python), str(script), *TRAIN_STEPS],
+        cwd=script.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def keras2_bridge(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    src = tmp_path_factory.mktemp("keras2_src")
+    for name in ("legacy_env_trainer.py", "tf_keras_script.py"):
+        shutil.copy(KERAS_2 / name, src / name)
+    out = tmp_path_factory.mktemp("keras2_bridge") / "out"
+    return src, out, _port(src, out, "--target", "npu-bridge")
+
+
+def test_a_keras_2_port_names_the_adapters_keras_class(keras2_bridge) -> None:
+    """Keras 2 pinned by TF_USE_LEGACY_KERAS (in a helper) or tf_keras: the default port imports
+    npu_lossscale.keras.keras2; the adapter's npu_device class replaces it."""
+    _, out, report = keras2_bridge
+    for name in ("legacy_env_trainer.py", "tf_keras_script.py"):
+        text = (out / name).read_text()
+        assert "import npu_device as npu" in text and "npu_lossscale" not in text, name
+    assert "npu.train.optimizer.NpuLossScaleOptimizer(sgd, dynamic=True, initial_scale=256, " \
+        "dynamic_growth_steps=2)" in (out / "legacy_env_trainer.py").read_text()
+    assert not _findings(report, "target-npu-bridge-unsupported")
+
+
+def test_the_respelled_keras_2_port_trains_like_the_original_on_tf_keras(keras2_bridge) -> None:
+    pytest.importorskip("tf_keras")
+    src, out, _ = keras2_bridge
+    original = _keras_steps(Path(sys.executable), src / "legacy_env_trainer.py")
+    port = _keras_steps(Path(sys.executable), out / "legacy_env_trainer.py")
+    assert len(original) == len(port) == len(TRAIN_STEPS)
+    for stock, mine in zip(original, port):
+        assert mine["class"].startswith("npu_lossscale.keras.keras2.")  # through the stand-in
+        assert (mine["w"], mine["iterations"], mine["scale"]) == (
+            stock["w"], stock["iterations"], stock["scale"])
+
+
+@pytest.mark.stacks
+@pytest.mark.skipif(not TF265.exists(), reason=f"no TF 2.6.5 stack at {TF265} (make stack-venvs)")
+def test_the_respelled_keras_2_port_trains_like_the_original_on_tf265(keras2_bridge) -> None:
+    src, out, _ = keras2_bridge
+    original = _keras_steps(TF265, src / "legacy_env_trainer.py")
+    port = _keras_steps(TF265, out / "legacy_env_trainer.py")
+    assert [(s["w"], s["iterations"], s["scale"]) for s in port] == [
+        (s["w"], s["iterations"], s["scale"]) for s in original]
+    assert port[2]["w"] == port[1]["w"]  # the overflowed step applied nothing
+
+
+KERAS_3_OPS = """\
+import keras
+
+
+def build():
+    opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam(1e-3))
+    return opt, keras.ops.ones((2,))
+"""
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (
+            (MIGRATOR_FIXTURES / "keras" / "tf24_spellings.py").read_text(),
+            "Keras 3's positional order",
+        ),
+        (KERAS_3_OPS, "Keras 3 (the file uses `keras.ops"),
+    ],
+)
+def test_a_keras_3_file_has_no_adapter_class_and_is_left(
+    tmp_path: Path, code: str, reason: str
+) -> None:
+    text, report = _one(tmp_path, code)
+    assert text == code
+    (warning,) = _findings(report, "target-npu-bridge-unsupported")
+    assert reason in warning["message"]
+    assert "npu.train.optimizer.NpuLossScaleOptimizer" in warning["message"]

@@ -1,0 +1,230 @@
+"""Keras 2 scripts ported through the real CLI (fixtures in fixtures/migrator/keras2), then trained.
+
+Which Keras a file runs decides the class the port names: `npu_lossscale.keras.LossScaleOptimizer`
+(resolved to the Keras the process runs) where the Keras is the installed TensorFlow's, Keras 2's
+class by its module where the file pins Keras 2 itself (tf_keras, TF_USE_LEGACY_KERAS set in a
+helper). The report says which it assumed and why. The ported trainers are run next to the
+unported originals, step by step (weights, iterations, scale, an overflowed step included): on
+TF 2.21 with tf_keras, and on TF 2.6.5's Keras 2.6 (marked `stacks`; it drives that stack's
+interpreter, the migrator itself needing Python 3.10+).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
+
+FIXTURES = MIGRATOR_FIXTURES / "keras2"
+GENERIC = "from npu_lossscale.keras import LossScaleOptimizer"
+KERAS_2 = "from npu_lossscale.keras.keras2 import LossScaleOptimizer"
+# The TF 2.6.5 stack's interpreter (`make stack-venvs`); a work tree may name the main one's.
+TF265 = Path(os.environ.get("NPU_TF265_PYTHON", REPO_ROOT / ".venv-tf265" / "bin" / "python"))
+INF = "inf"
+
+
+@pytest.fixture(scope="module")
+def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("keras2_port")
+    src, out = root / "src", root / "out"
+    shutil.copytree(FIXTURES, src)
+    report = root / "report.json"
+    first = run_cli("--output-dir", out, "--copy-unchanged", "--report", report, "--no-color", src)
+    assert first.returncode == 0, first.stderr
+    again = run_cli("--check", "--no-color", out)
+    findings = json.loads(report.read_text(encoding="utf-8"))["findings"]
+    return {"src": src, "out": out, "findings": findings, "again": again}
+
+
+def _text(ported: dict, name: str) -> str:
+    return (ported["out"] / name).read_text(encoding="utf-8")
+
+
+def _imports(ported: dict, name: str) -> list[str]:
+    tree = ast.parse(_text(ported, name))
+    return [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def _calls(ported: dict, name: str) -> list[tuple[list[str], dict[str, str]]]:
+    tree = ast.parse(_text(ported, name))
+    calls = sorted(
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and ast.unparse(n.func) == "LossScaleOptimizer"
+        ),
+        key=lambda n: n.lineno,
+    )
+    out = []
+    for call in calls:
+        keywords = {k.arg or "**": ast.unparse(k.value) for k in call.keywords}
+        out.append(([ast.unparse(a) for a in call.args], keywords))
+    return out
+
+
+def _found(ported: dict, name: str, rule: str) -> dict[int, str]:
+    return {
+        f["line"]: f["message"]
+        for f in ported["findings"]
+        if Path(f["path"]).name == name and f["rule"] == rule
+    }
+
+
+def test_a_file_that_sets_tf_use_legacy_keras_in_a_helper_gets_keras_2s_class(ported) -> None:
+    name = "legacy_env_trainer.py"
+    assert KERAS_2 in _imports(ported, name)
+    # Keras 2's positional order (dynamic second) passed by keyword, as both Keras read it
+    assert _calls(ported, name) == [
+        (["sgd"], {"dynamic": "True", "initial_scale": "256", "dynamic_growth_steps": "2"})
+    ]
+    (note,) = _found(ported, name, "keras-version").values()
+    assert note.startswith("Keras 2 assumed: the file sets TF_USE_LEGACY_KERAS=1 (line 13)")
+
+
+def test_tf_keras_pins_keras_2(ported) -> None:
+    name = "tf_keras_script.py"
+    assert KERAS_2 in _imports(ported, name)
+    assert _calls(ported, name) == [
+        (["optimizer"], {"dynamic": "False", "initial_scale": "1024"})
+    ]
+    (note,) = _found(ported, name, "keras-version").values()
+    assert "tf_keras, Keras 2 as a package" in note
+
+
+def test_keras_2_optimizers_go_to_the_class_the_process_resolves(ported) -> None:
+    """TensorFlow Addons and optimizers.legacy only run where the process is Keras 2: the generic
+    class is Keras 2's there, and an ambiguous positional argument is Keras 2's `dynamic`."""
+    name = "addons_lamb.py"
+    assert GENERIC in _imports(ported, name)
+    assert _calls(ported, name) == [
+        (["inner"], {"dynamic": "dynamic"}),
+        (["tf.keras.optimizers.legacy.Adam(rate)"], {}),
+    ]
+    (note,) = _found(ported, name, "keras-version").values()
+    assert note.startswith("Keras 2 assumed: line 8 uses `inner`, a Keras 2 optimizer")
+    assert not _found(ported, name, "optimizer-kind-unknown")
+
+
+def test_the_experimental_wrapper_maps_its_loss_scale(ported) -> None:
+    name = "experimental_trainer.py"
+    assert GENERIC in _imports(ported, name)
+    choice = (
+        "{} if flags.loss_scale == 'dynamic' else "
+        "{'initial_scale': flags.loss_scale, 'dynamic': False}"
+    )
+    assert _calls(ported, name) == [
+        (["sgd"], {"initial_scale": "128", "dynamic_growth_steps": "2"}),
+        (["sgd"], {"**": choice}),  # 'dynamic' or a number, chosen when the script runs
+    ]
+    note = _found(ported, name, "keras-version")
+    assert "an API only Keras 2 has" in note[13]
+    assert "'dynamic' or a number at run time" in _found(
+        ported, name, "keras-loss-scale-optimizer"
+    )[19]
+
+
+def test_nothing_pinned_means_either_keras(ported) -> None:
+    name = "either_keras.py"
+    assert GENERIC in _imports(ported, name)
+    (note,) = _found(ported, name, "keras-version").values()
+    assert note.startswith("Keras 2 or 3, whichever the installed TensorFlow ships")
+
+
+def test_what_cannot_be_decided_is_left_with_its_reason(ported) -> None:
+    assert _text(ported, "runtime_legacy_env.py") == (
+        FIXTURES / "runtime_legacy_env.py"
+    ).read_text(encoding="utf-8")
+    (reason,) = _found(ported, "runtime_legacy_env.py", "keras-loss-scale-optimizer").values()
+    assert "TF_USE_LEGACY_KERAS to a value chosen at run time (line 5)" in reason
+    name = "experimental_left.py"
+    left = _found(ported, name, "keras-loss-scale-optimizer")
+    assert "'auto' is not a loss scale TF accepts" in left[6]
+    assert "flags.scale_for(optimizer)" in left[7]
+    assert "exists only in Keras 3, and the rest of the file runs Keras 2 (line 6 uses" in left[13]
+    # in this Keras 2 file the new class's positional second argument is `dynamic`
+    assert _calls(ported, name) == [(["optimizer"], {"dynamic": "flags.dynamic_loss_scale"})]
+    (isinstance_test,) = _found(ported, name, "unported-api").values()
+    assert "isinstance() test is false" in isinstance_test
+
+
+def test_ported_files_compile_and_a_second_run_changes_nothing(ported) -> None:
+    for path in sorted(ported["out"].glob("*.py")):
+        compile(path.read_bytes(), str(path), "exec")
+    assert ported["again"].returncode == 0, ported["again"].stdout
+
+
+def _run(python: Path, script: Path, *args: str) -> list[dict]:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    for name in ("TF_USE_LEGACY_KERAS", "INF_NAN_MODE_ENABLE"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [str(python), str(script), *args],
+        cwd=script.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def _same_steps(original: list[dict], port: list[dict], ours: str) -> None:
+    assert len(original) == len(port) > 0
+    for stock, mine in zip(original, port):
+        assert mine["class"].startswith(ours), mine["class"]
+        assert not stock["class"].startswith("npu_lossscale")
+        assert (mine["w"], mine["iterations"], mine["scale"]) == (
+            stock["w"],
+            stock["iterations"],
+            stock["scale"],
+        )
+
+
+def test_the_legacy_env_trainer_trains_like_the_original_on_tf_keras(ported) -> None:
+    pytest.importorskip("tf_keras")
+    factors = ("1", "1", INF, "1", "1")
+    original = _run(Path(sys.executable), ported["src"] / "legacy_env_trainer.py", *factors)
+    port = _run(Path(sys.executable), ported["out"] / "legacy_env_trainer.py", *factors)
+    assert {s["keras"] for s in original + port} == {"tf_keras"}  # the helper's setting held
+    _same_steps(original, port, "npu_lossscale.keras.keras2.")
+    # the overflowed step applied nothing and halved the scale; iterations still advanced
+    assert port[2]["w"] == port[1]["w"] and port[2]["scale"] == port[1]["scale"] / 2
+    assert port[2]["iterations"] == 3
+
+
+@pytest.mark.stacks
+@pytest.mark.skipif(not TF265.exists(), reason=f"no TF 2.6.5 stack at {TF265} (make stack-venvs)")
+@pytest.mark.parametrize(
+    ("script", "args"),
+    [
+        ("legacy_env_trainer.py", ("1", "1", INF, "1", "1")),
+        ("experimental_trainer.py", ("--loss_scale", "dynamic", "1", "1", INF, "1")),
+        ("experimental_trainer.py", ("--inline", "1", "1", INF, "1", "1")),
+        ("experimental_trainer.py", ("--loss_scale", "64", "1", "1", "1")),
+    ],
+)
+def test_ported_trainers_train_like_the_originals_on_tf265(ported, script, args) -> None:
+    original = _run(TF265, ported["src"] / script, *args)
+    port = _run(TF265, ported["out"] / script, *args)
+    _same_steps(original, port, "npu_lossscale.keras.keras2.")
+
+
+@pytest.mark.stacks
+@pytest.mark.skipif(not TF265.exists(), reason=f"no TF 2.6.5 stack at {TF265} (make stack-venvs)")
+def test_a_fixed_scale_skips_the_overflow_that_keras_2_applies(ported) -> None:
+    """The one documented difference: Keras 2's fixed scale applies an overflowed step (inf into
+    the weights); ours skips it, as the NPU's FixedLossScaleManager does."""
+    args = ("--loss_scale", "64", "1", INF, "1")
+    original = _run(TF265, ported["src"] / "experimental_trainer.py", *args)
+    port = _run(TF265, ported["out"] / "experimental_trainer.py", *args)
+    assert not all(abs(x) < float("inf") for x in original[1]["w"])
+    assert port[1]["w"] == port[0]["w"] and port[1]["scale"] == 64.0
+    assert port[0] == {**original[0], "class": port[0]["class"]}
