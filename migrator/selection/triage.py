@@ -76,7 +76,7 @@ STEP_CALL_PREFIXES: tuple[str, ...] = ("assign",)
 # re-export), and a chain rooted at no import (`FLAGS.loss_scale`, `hparams.mixed_precision`) not at
 # all: the codemods resolve names through imports, so such a chain can never mean an API.
 FRAMEWORKS: frozenset[str] = frozenset(
-    {"tensorflow", "keras", "tf_keras", "torch", "torch_npu", "horovod", "npu_bridge"}
+    {"tensorflow", "keras", "tf_keras", "torch", "torch_npu", "fairscale", "horovod", "npu_bridge"}
 )
 
 

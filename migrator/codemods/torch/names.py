@@ -26,7 +26,7 @@ class Kind(enum.Enum):
     CPU = "cpu"  # torch.cpu.amp.GradScaler: the same signature, on the CPU
     AMP = "amp"  # torch.amp.GradScaler: the device is the first parameter
     NPU = "npu"  # torch-npu's own scaler: the script runs on Ascend already
-    SHARDED = "sharded"  # FSDP's ShardedGradScaler: no counterpart
+    SHARDED = "sharded"  # FSDP's and fairscale's scalers: no counterpart, left and reported
 
 
 # torch.amp.GradScaler's parameters, which npu_lossscale.torch.GradScaler takes in the same order.
@@ -55,13 +55,16 @@ _SCALERS = {
     "torch_npu.npu.amp": Kind.NPU,
     "torch_npu.npu.amp.grad_scaler": Kind.NPU,
 }
-_SHARDED = (
-    "torch.distributed.fsdp.ShardedGradScaler",
-    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
-    # fairscale's, a torch.cuda.amp.GradScaler subclass for its sharded optimizers
-    "fairscale.optim.grad_scaler.ShardedGradScaler",
-    "fairscale.optim.ShardedGradScaler",
-)
+# Scalers the port leaves, each with what it is (every use is reported).
+_SHARDED = {
+    "torch.distributed.fsdp.ShardedGradScaler": "FSDP's sharded scaler",
+    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler": "FSDP's sharded scaler",
+    # fairscale's, torch.cuda.amp.GradScaler subclasses for its sharded optimizers and FSDP
+    "fairscale.optim.grad_scaler.ShardedGradScaler": "fairscale's sharded scaler",
+    "fairscale.optim.ShardedGradScaler": "fairscale's sharded scaler",
+    "fairscale.optim.grad_scaler.GradScaler": "fairscale's scaler for its FSDP",
+    "fairscale.optim.GradScaler": "fairscale's scaler for its FSDP",
+}
 # Modules whose import the port may drop once every use of it was rewritten; `torch` itself
 # always stays (the script uses it for everything else, and importing it has effects).
 AMP_MODULES = frozenset(m for m, k in _SCALERS.items() if k is not Kind.NPU and m != "torch")
@@ -79,6 +82,11 @@ def classify(name: str) -> Kind | None:
     if name.startswith("torch_npu.") and leaf.endswith(CLASS):
         return Kind.NPU  # torch-npu's sharded and other scalers
     return None
+
+
+def left_what(name: str) -> str:
+    """What a scaler the port leaves is, for its warning."""
+    return _SHARDED.get(name, "a sharded scaler")
 
 
 def scaler_prefix(name: str) -> str | None:

@@ -102,6 +102,13 @@ class TorchRewriter(PlannedRewriter):
                 after = self.plan.after.get(old, [])
                 emptied = all(self.emptied(s) for s in old.body)
                 added = [now, *(cst.parse_statement(x + "\n") for x in after[int(emptied) :])]
+            elif old in self.plan.after:  # a try/except or if/else choosing torch's scaler
+                lines = [cst.parse_statement(x + "\n") for x in self.plan.after[old]]
+                if old in self.plan.collapse:
+                    lines[0] = lines[0].with_changes(leading_lines=old.leading_lines)
+                    added = lines
+                else:
+                    added = [new, *lines]
             else:
                 added = [new]
             if carried:

@@ -293,9 +293,9 @@ EDGES = {
         'import torch\ns = torch.amp.GradScaler("npu", init_scale=1024)\n',
         (2, "torch-npu"),
     ),
-    "try_import.py": (
+    "try_import.py": (  # a cpu scaler or torch.amp's: no fallback for old torch
         "try:\n    from torch.amp import GradScaler\nexcept ImportError:\n"
-        "    from torch.cuda.amp import GradScaler\ns = GradScaler()\n",
+        "    from torch.cpu.amp import GradScaler\ns = GradScaler()\n",
         (5, "torch-grad-scaler"),
     ),
     "star.py": ("from torch.cuda.amp import *\ns = GradScaler()\n", (2, "torch-grad-scaler")),

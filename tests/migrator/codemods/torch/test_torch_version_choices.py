@@ -1,0 +1,108 @@
+"""Scripts that choose between torch.amp's scaler and torch.cuda.amp's for old torch (issue 23, 9).
+
+The fixtures in tests/migrator/fixtures/torch/versions build their scaler the ways real code
+supports torch older than 2.3: a helper with a version check whose new-torch branch passes
+`device=` and `**kwargs` (accelerate's `get_grad_scaler`), a `try: from torch import GradScaler /
+except ImportError: from torch.cuda.amp import GradScaler` fallback, and ignite's annotations-only
+import under TYPE_CHECKING beside a guarded local import. Each is ported with the real CLI, and
+then the ported script and the unported original (stock torch) train side by side on the CPU
+through the same loop (loop.py: two optimizers, step 3 overflows the generator only): scale,
+which optimizer stepped and every weight must agree at every step.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_runner import MIGRATOR_FIXTURES, cli_env, run_cli
+
+FIXTURES = MIGRATOR_FIXTURES / "torch" / "versions"
+SCRIPTS = ["scaler_helper.py", "try_fallback.py", "type_checking.py"]
+
+
+@pytest.fixture(scope="module")
+def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("versions")
+    src, out = root / "src", root / "out"
+    shutil.copytree(FIXTURES, src)
+    proc = run_cli("--output-dir", out, "--copy-unchanged", "--report", root / "r.json", src)
+    assert proc.returncode == 0, proc.stderr
+    again = run_cli("--check", out)
+    report = json.loads((root / "r.json").read_text(encoding="utf-8"))
+    return {"src": src, "out": out, "report": report, "again": again}
+
+
+def _findings(report: dict, name: str) -> list[dict]:
+    return [f for f in report["findings"] if Path(f["path"]).name == name]
+
+
+def _train(folder: Path, script: str) -> list[dict]:
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", script],
+        cwd=folder,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_version_helper_ports_both_branches_and_warns_nothing_for_the_dead_one(
+    ported: dict,
+) -> None:
+    text = (ported["out"] / "scaler_helper.py").read_text(encoding="utf-8")
+    # the new-torch branch: device passed explicitly, so **kwargs cannot hold a second one
+    assert "        from npu_lossscale.torch import GradScaler\n" in text
+    assert "return GradScaler(device=device, **kwargs)" in text
+    # the old-torch branch is ported too (it never runs on torch 2.4+, where the port does)
+    assert "return npu_lossscale.torch.GradScaler(**kwargs)" in text
+    found = {(f["rule"], f["kind"]) for f in _findings(ported["report"], "scaler_helper.py")}
+    assert ("torch-grad-scaler", "warning") not in found  # the dict key in the dead branch
+    assert ("torch-device", "warning") in found  # device kept as an expression: must be 'npu'
+
+
+def test_try_fallback_import_becomes_one_import(ported: dict) -> None:
+    text = (ported["out"] / "try_fallback.py").read_text(encoding="utf-8")
+    assert "\ntry:\n" not in text and "\nexcept ImportError" not in text
+    assert "\nfrom npu_lossscale.torch import GradScaler\n" in text
+    assert 'GradScaler("cpu", 2.0**12, growth_interval=3)' in text  # device first, as torch's
+    rules = {
+        (f["line"], f["rule"], f["kind"]) for f in _findings(ported["report"], "try_fallback.py")
+    }
+    assert (3, "torch-import", "change") in rules
+    assert not [r for r in rules if r[1] == "torch-grad-scaler" and r[2] == "warning"]
+
+
+def test_type_checking_fallback_stays_and_the_local_import_is_ported(ported: dict) -> None:
+    source = (FIXTURES / "type_checking.py").read_text(encoding="utf-8")
+    text = (ported["out"] / "type_checking.py").read_text(encoding="utf-8")
+    head = source.split("from loop import train")[0]
+    assert text.startswith(head)  # the TYPE_CHECKING block and the annotations stay
+    assert "bool | GradScaler | None) -> GradScaler | None:" in text
+    assert "            from npu_lossscale.torch import GradScaler\n" in text
+    found = _findings(ported["report"], "type_checking.py")
+    assert not [f for f in found if f["rule"] == "torch-grad-scaler" and f["kind"] == "warning"]
+
+
+def test_second_run_changes_nothing(ported: dict) -> None:
+    assert ported["again"].returncode == 0, ported["again"].stdout
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_ported_script_trains_exactly_like_stock_torch(ported: dict, script: str) -> None:
+    stock = _train(ported["src"], script)
+    ours = _train(ported["out"], script)
+    assert [row["scaler"] for row in stock] == ["torch.amp.grad_scaler.GradScaler"] * 8
+    assert {row["scaler"] for row in ours} == {"npu_lossscale.torch.scaler.GradScaler"}
+    # the overflow at step 3 skipped the generator's optimizer only and backed the scale off
+    assert stock[3]["stepped"] == [3, 4] and stock[3]["scale"] == stock[2]["scale"] / 2
+    for row in (*stock, *ours):
+        del row["scaler"]
+    assert ours == stock
