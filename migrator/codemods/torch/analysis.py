@@ -29,7 +29,7 @@ from migrator.codemods.shared.lines import LineProvider, start_line
 from migrator.codemods.shared.nodes import code
 from migrator.codemods.shared.parents import ParentProvider
 from migrator.codemods.shared.qualified import qualified_names
-from migrator.codemods.torch import below_one, branches, names, scan
+from migrator.codemods.torch import annotations, below_one, branches, names, scan
 from migrator.codemods.torch.arguments import builder
 from migrator.codemods.torch.imports import Conflict, ImportSite, plan_imports
 from migrator.codemods.torch.names import Kind
@@ -273,6 +273,15 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             for a in bound
         )
 
+    def _holds_other_values(self, node: cst.CSTNode, module: cst.Module) -> bool:
+        current = self.parent(node)
+        while current is not None and not isinstance(current, cst.Annotation):
+            current = self.parent(current)
+        statement = self.parent(current) if current is not None else None
+        return isinstance(statement, cst.AnnAssign) and annotations.holds_other_values(
+            statement, module, self.plan.calls
+        )
+
     def _type_checking_only(self, assignment: BaseAssignment) -> bool:
         """An import under `if TYPE_CHECKING:`, which never runs."""
         current = self.parent(getattr(assignment, "node", None))
@@ -451,6 +460,8 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._unused_imports()
         if not self._left:
             for node in self._annotations:
+                if self._holds_other_values(node, original_node):
+                    continue
                 self._rewrite(node, None)
                 self._change(node, f"`{code(node)}` in a type annotation -> {names.PORTED}")
         if not self._sites:

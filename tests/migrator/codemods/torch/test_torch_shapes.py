@@ -1,13 +1,14 @@
-"""Scripts that choose between torch.amp's scaler and torch.cuda.amp's for old torch (issue 23, 9).
+"""Port shapes from new real code (issue 23, items 9-11), through the real CLI.
 
-The fixtures in tests/migrator/fixtures/torch/versions build their scaler the ways real code
+The fixtures in tests/migrator/fixtures/torch/shapes build their scaler the ways real code
 supports torch older than 2.3: a helper with a version check whose new-torch branch passes
 `device=` and `**kwargs` (accelerate's `get_grad_scaler`), a `try: from torch import GradScaler /
 except ImportError: from torch.cuda.amp import GradScaler` fallback, and ignite's annotations-only
-import under TYPE_CHECKING beside a guarded local import. Each is ported with the real CLI, and
-then the ported script and the unported original (stock torch) train side by side on the CPU
-through the same loop (loop.py: two optimizers, step 3 overflows the generator only): scale,
-which optimizer stepped and every weight must agree at every step.
+import under TYPE_CHECKING beside a guarded local import; others leave a scaler torch's
+(fairscale's sharded and FSDP scalers, allennlp's trainer attribute that may hold one). Each is
+ported with the real CLI; every runnable one and its unported original (stock torch) then train
+side by side on the CPU through the same loop (loop.py: two optimizers, step 3 overflows the
+generator only): scale, which optimizer stepped and every weight must agree at every step.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from pathlib import Path
 import pytest
 from cli_runner import MIGRATOR_FIXTURES, cli_env, run_cli
 
-FIXTURES = MIGRATOR_FIXTURES / "torch" / "versions"
-SCRIPTS = ["scaler_helper.py", "try_fallback.py", "type_checking.py"]
+FIXTURES = MIGRATOR_FIXTURES / "torch" / "shapes"
+SCRIPTS = ["scaler_helper.py", "try_fallback.py", "type_checking.py", "trainer_attr.py"]
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +107,20 @@ def test_ported_script_trains_exactly_like_stock_torch(ported: dict, script: str
     for row in (*stock, *ours):
         del row["scaler"]
     assert ours == stock
+
+
+@pytest.mark.parametrize("name", ["fsdp_accelerator.py", "sharded_only.py"])
+def test_fairscale_scalers_are_left_byte_identical_and_warned(ported: dict, name: str) -> None:
+    """Both of fairscale's scalers are left (no counterpart), each warned on its own even in a
+    file with no other scaler; the return annotation of fairscale's stays torch.cuda.amp's."""
+    assert (ported["out"] / name).read_bytes() == (FIXTURES / name).read_bytes()
+    found = _findings(ported["report"], name)
+    assert [(f["rule"], f["kind"]) for f in found] == [("torch-grad-scaler", "warning")]
+    assert "fairscale's" in found[0]["message"] and "saturation" in found[0]["message"]
+
+
+def test_annotation_of_an_attribute_that_may_hold_a_left_scaler_stays(ported: dict) -> None:
+    text = (ported["out"] / "trainer_attr.py").read_text(encoding="utf-8")
+    assert "self._scaler: Optional[amp.GradScaler] = None" in text
+    assert "from torch.cuda import amp\n" in text
+    assert 'npu_lossscale.torch.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)' in text
