@@ -84,6 +84,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._chosen: set[int] = set()  # names bound to torch.amp's scaler or, on old torch, cuda's
         self._annotations: list[cst.Name | cst.Attribute] = []  # CUDA/CPU scalers annotated
         self._left = False  # the file leaves a scaler torch's (sharded, refused, foreign)
+        self._plain_torch: list[tuple[cst.Import, int]] = []  # `import torch` aliases
 
     # ----------------------------------------------------------------- helpers
     def line(self, node: cst.CSTNode) -> int:
@@ -121,6 +122,8 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             if alias.asname is not None:
                 local = nodes.dotted(alias.asname.name)
                 self._binding(node, index, local, dotted)
+            elif dotted == "torch":
+                self._plain_torch.append((node, index))
             self._transfer |= names.is_transfer_to_npu(dotted)
         return False
 
@@ -477,6 +480,12 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             refs = self._references(binding)
             if refs and all(id(r) in self._consumed for r in refs):
                 self.plan.removals.setdefault(binding.node, set()).add(binding.index)
+        # a reference rewritten to torch.amp.GradScaler still reads torch
+        still = {id(nodes.root(n)) for n, to in self.plan.refs.items() if to == names.BASE}
+        if self._plain_torch and scan.only_reads_of(original_node, "torch", self._consumed - still):
+            # npu_lossscale.torch imports torch itself, so nothing is lost with the import
+            for statement, index in self._plain_torch:
+                self.plan.removals.setdefault(statement, set()).add(index)
         try:
             anchors = plan_imports(self._sites, self.plan, self._removed_names(), self.parent)
         except Conflict as conflict:

@@ -65,8 +65,8 @@ _SHARDED = {
     "fairscale.optim.grad_scaler.GradScaler": "fairscale's scaler for its FSDP",
     "fairscale.optim.GradScaler": "fairscale's scaler for its FSDP",
 }
-# Modules whose import the port may drop once every use of it was rewritten; `torch` itself
-# always stays (the script uses it for everything else, and importing it has effects).
+# Modules whose import the port may drop once every use of it was rewritten (`import torch`
+# goes too where the port rewrote every read of `torch`: npu_lossscale.torch imports it).
 AMP_MODULES = frozenset(m for m, k in _SCALERS.items() if k is not Kind.NPU and m != "torch")
 # Modules whose `import *` binds a scaler class the tool cannot see.
 STAR_MODULES = AMP_MODULES | {"torch"}

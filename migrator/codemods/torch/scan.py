@@ -1,5 +1,5 @@
-"""Facts about a whole module the torch analysis needs before it walks it: which names the
-file's torch imports bind, and whether a `try:` swallows an ImportError."""
+"""Facts about a whole module the torch analysis needs: which names the file's torch imports
+bind, whether a `try:` swallows an ImportError, whether the port rewrote every read of a name."""
 
 from __future__ import annotations
 
@@ -50,3 +50,17 @@ def catches_import_error(statement: cst.Try) -> bool:
             if nodes.dotted(value).rpartition(".")[2] in caught:
                 return True
     return False
+
+
+def only_reads_of(module: cst.Module, name: str, rewritten: set[int]) -> bool:
+    """Whether every read of `name` in the module (outside import statements and strings) is
+    one the port rewrote (`rewritten`: ids of root Name nodes), so its import is unused after."""
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            continue
+        if isinstance(node, cst.Name) and node.value == name and id(node) not in rewritten:
+            return False
+        stack.extend(node.children)
+    return True

@@ -23,7 +23,13 @@ import pytest
 from cli_runner import MIGRATOR_FIXTURES, cli_env, run_cli
 
 FIXTURES = MIGRATOR_FIXTURES / "torch" / "shapes"
-SCRIPTS = ["scaler_helper.py", "try_fallback.py", "type_checking.py", "trainer_attr.py"]
+SCRIPTS = [
+    "scaler_helper.py",
+    "try_fallback.py",
+    "type_checking.py",
+    "trainer_attr.py",
+    "torch_only_for_scaler.py",
+]
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +130,14 @@ def test_annotation_of_an_attribute_that_may_hold_a_left_scaler_stays(ported: di
     assert "self._scaler: Optional[amp.GradScaler] = None" in text
     assert "from torch.cuda import amp\n" in text
     assert 'npu_lossscale.torch.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)' in text
+
+
+def test_import_torch_read_only_by_the_scaler_is_removed(ported: dict) -> None:
+    text = (ported["out"] / "torch_only_for_scaler.py").read_text(encoding="utf-8")
+    assert "import torch\n" not in text
+    assert "\n\nimport npu_lossscale.torch\n" in text  # in its place, the blank line kept
+    assert 'train(npu_lossscale.torch.GradScaler("cpu", init_scale=2.0**8' in text
+    found = {
+        (f["line"], f["rule"]) for f in _findings(ported["report"], "torch_only_for_scaler.py")
+    }
+    assert (5, "torch-import") in found
