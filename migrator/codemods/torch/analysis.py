@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 import libcst as cst
-from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource, Scope, ScopeProvider
+from libcst.metadata import Assignment, QualifiedNameSource, Scope, ScopeProvider
 
 from migrator.codemods.shared import arguments as shared_args
 from migrator.codemods.shared import nodes, rules
@@ -41,6 +41,7 @@ RULE = rules.TORCH_GRAD_SCALER
 NPU_RULE = rules.TORCH_NPU
 DEVICE_RULE = rules.TORCH_DEVICE
 IMPORT_RULE = rules.TORCH_IMPORT
+FOREIGN_RULE = rules.TORCH_FOREIGN_LOSS_SCALE
 
 _TRANSFER_NOTE = (
     "only the scaler was ported: device strings ('cuda', .cuda(), .to('cuda')) and autocast stay "
@@ -85,6 +86,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._annotations: list[cst.Name | cst.Attribute] = []  # CUDA/CPU scalers annotated
         self._left = False  # the file leaves a scaler torch's (sharded, refused, foreign)
         self._plain_torch: list[tuple[cst.Import, int]] = []  # `import torch` aliases
+        self._foreign_warned: set[str] = set()
 
     # ----------------------------------------------------------------- helpers
     def line(self, node: cst.CSTNode) -> int:
@@ -172,6 +174,8 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             return False  # not reached through a torch import: cannot be torch's scaler
         resolved = qualified_names(self, node)
         found = [q.name for q in resolved if q.source is QualifiedNameSource.IMPORT]
+        for name in found:
+            self._foreign(node, name)
         related = [n for n in found if names.classify(n) or names.scaler_prefix(n)]
         if not related:
             return False
@@ -209,12 +213,28 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             self._use(node, kind)
         return False
 
+    def _foreign(self, node: cst.CSTNode, name: str) -> None:
+        """Another library's loss scaling (apex): once per library and file, what it misses."""
+        what = names.foreign(name)
+        library = name.split(".")[0]
+        if what is None or library in self._foreign_warned:
+            return
+        self._foreign_warned.add(library)
+        self._warn(
+            node,
+            f"`{code(node)}` ({what}) is left as it is: its overflow check looks for inf/NaN "
+            "only, so on an Ascend NPU in saturation mode, where an overflow is clamped to the "
+            "fp16 maximum (65504), an overflowed step is applied; move the loop to torch.amp "
+            f"autocast with {names.PORTED} (both overflow modes), or run in INF/NAN mode",
+            FOREIGN_RULE,
+        )
+
     def _use(self, node: cst.Name | cst.Attribute, kind: Kind) -> None:
         parent = self.parent(node)
         if isinstance(parent, cst.Call) and parent.func is node:
             self._constructor(node, parent, kind)
             return
-        subclass = self._subclass(node)
+        subclass = scan.subclass(node, self.parent)
         if subclass is not None:
             self._hand_port(
                 subclass,
@@ -224,7 +244,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             )
             return
         where = self._type_position(node)
-        if where is None and kind is Kind.AMP and self._used_as_key(node):
+        if where is None and kind is Kind.AMP and scan.used_as_key(node, self.parent):
             return  # a registry keyed by torch.amp.GradScaler finds the ported class (a subclass)
         if where is None:
             self._hand_port(
@@ -254,19 +274,12 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                 f"{names.BASE} by hand",
             )
 
-    def _used_as_key(self, node: cst.CSTNode) -> bool:
-        """`{Class: ...}` or `table[Class]`: the class as a lookup key, not as a factory."""
-        up = self.parent(node)
-        if isinstance(up, cst.DictElement):
-            return up.key is node
-        return isinstance(up, cst.Index) and isinstance(self.parent(self.parent(up)), cst.Subscript)
-
     def _torch_bound(self, node: cst.CSTNode) -> bool:
         """Whether `torch` reads as the torch module where `node` is, at run time."""
         scope = self.scope(node)
         if scope is None or "torch" not in scope:
             return False
-        bound = [a for a in scope["torch"] if not self._type_checking_only(a)]
+        bound = [a for a in scope["torch"] if not scan.type_checking_only(a, self.parent)]
         return bool(bound) and all(
             isinstance(a.node, cst.Import)
             and any(
@@ -284,19 +297,6 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         return isinstance(statement, cst.AnnAssign) and annotations.holds_other_values(
             statement, module, self.plan.calls
         )
-
-    def _type_checking_only(self, assignment: BaseAssignment) -> bool:
-        """An import under `if TYPE_CHECKING:`, which never runs."""
-        current = self.parent(getattr(assignment, "node", None))
-        while current is not None:
-            if isinstance(current, cst.If):
-                test = current.test
-                name = test.attr.value if isinstance(test, cst.Attribute) else None
-                if isinstance(test, cst.Name):
-                    name = test.value
-                return name == "TYPE_CHECKING"
-            current = self.parent(current)
-        return False
 
     def _constructor(self, node: cst.Name | cst.Attribute, call: cst.Call, kind: Kind) -> None:
         params = names.AMP_PARAMS if kind is Kind.AMP else names.DEVICE_FREE_PARAMS
@@ -416,22 +416,17 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                     return None
                 # A use that runs is bound by an import that runs: one under TYPE_CHECKING
                 # (`import torch.cuda.amp` there, `import torch` at the top) is not its home.
-                running = [a for a in imports if not self._type_checking_only(a)]
+                running = [a for a in imports if not scan.type_checking_only(a, self.parent)]
                 if not running and root.value in scope:
                     running = [
                         a
                         for a in scope[root.value]
                         if isinstance(a, Assignment)
                         and isinstance(a.node, cst.Import)
-                        and not self._type_checking_only(a)
+                        and not scan.type_checking_only(a, self.parent)
                     ]
                 return min(running or imports, key=lambda a: self.line(a.node), default=None)
         return None
-
-    def _subclass(self, node: cst.CSTNode) -> cst.ClassDef | None:
-        arg = self.parent(node)
-        cls = self.parent(arg) if isinstance(arg, cst.Arg) else None
-        return cls if isinstance(cls, cst.ClassDef) and arg in cls.bases else None
 
     def _type_position(self, node: cst.CSTNode) -> str | None:
         """'in a type annotation' / 'in isinstance()': where the class is only compared."""
@@ -523,7 +518,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             else:
                 self._change(statement, f"adds {lines} after this statement", IMPORT_RULE)
         for node, gone in self.plan.removals.items():
-            if self._inside(node, replaced):
+            if scan.inside(node, replaced, self.parent):
                 continue
             if self._all_removed(node):
                 self._change(node, "removed this import: every use was ported", IMPORT_RULE)
@@ -534,30 +529,19 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                     node, f"drops `{dropped}` from this import: every use was ported", IMPORT_RULE
                 )
 
-    def _inside(self, node: cst.CSTNode, statements: set[cst.CSTNode]) -> bool:
-        current = self.parent(node)
-        while current is not None and current not in statements:
-            current = self.parent(current)
-        return current is not None
-
     def _guarded_imports(self, anchors: list[cst.BaseStatement]) -> None:
         """The new import inside `try: ... except ImportError:` is swallowed where npu_lossscale
         is missing, and the script then fails at the scaler's first use, far from the cause."""
         for statement in anchors:
-            current: cst.CSTNode | None = statement
-            while current is not None and not isinstance(current, cst.Module):
-                up = self.parent(current)
-                if isinstance(up, cst.Try) and current is up.body and scan.catches_import_error(up):
-                    self._warn(
-                        statement,
-                        f"the {names.LIBRARY} import goes inside a try whose except catches "
-                        "ImportError: where npu_lossscale is not installed the error is "
-                        "swallowed and the scaler's first use fails instead; install it where "
-                        "this runs, or move the import out of the guard",
-                        IMPORT_RULE,
-                    )
-                    break
-                current = up
+            if scan.swallowed(statement, self.parent):
+                self._warn(
+                    statement,
+                    f"the {names.LIBRARY} import goes inside a try whose except catches "
+                    "ImportError: where npu_lossscale is not installed the error is "
+                    "swallowed and the scaler's first use fails instead; install it where "
+                    "this runs, or move the import out of the guard",
+                    IMPORT_RULE,
+                )
 
     def _all_removed(self, small: cst.CSTNode) -> bool:
         aliases = getattr(small, "names", None)

@@ -84,6 +84,23 @@ def classify(name: str) -> Kind | None:
     return None
 
 
+# Other libraries' loss scaling for torch, which the port leaves: each checks inf/NaN only.
+_FOREIGN = {
+    "apex.amp.scale_loss": "apex's amp.scale_loss",
+    "apex.amp.initialize": "apex's amp.initialize",
+    "apex.amp.handle.scale_loss": "apex's amp.scale_loss",
+    "apex.fp16_utils.FP16_Optimizer": "apex's FP16_Optimizer",
+    "apex.fp16_utils.fp16_optimizer.FP16_Optimizer": "apex's FP16_Optimizer",
+    "apex.fp16_utils.DynamicLossScaler": "apex's DynamicLossScaler",
+    "apex.fp16_utils.loss_scaler.DynamicLossScaler": "apex's DynamicLossScaler",
+}
+
+
+def foreign(name: str) -> str | None:
+    """What another library's loss scaling is (apex's), or None."""
+    return _FOREIGN.get(name)
+
+
 def left_what(name: str) -> str:
     """What a scaler the port leaves is, for its warning."""
     return _SHARDED.get(name, "a sharded scaler")
@@ -112,4 +129,4 @@ def is_transfer_to_npu(name: str) -> bool:
 
 def is_torch_module(name: str) -> bool:
     top = name.split(".")[0]
-    return top in ("torch", "torch_npu", "fairscale")
+    return top in ("torch", "torch_npu", "fairscale", "apex")

@@ -1,11 +1,14 @@
-"""Facts about a whole module the torch analysis needs: which names the file's torch imports
-bind, whether a `try:` swallows an ImportError, whether the port rewrote every read of a name."""
+"""Facts about a module and the places in it the torch analysis asks about: which names the
+file's torch imports bind, whether a `try:` swallows an ImportError, whether the port rewrote every
+read of a name, and where a node sits (a dict key, a class's base, under TYPE_CHECKING)."""
 
 from __future__ import annotations
 
 import libcst as cst
+from libcst.metadata import BaseAssignment
 
 from migrator.codemods.shared import nodes
+from migrator.codemods.shared.nodes import Parent
 from migrator.codemods.torch import names
 
 
@@ -64,3 +67,51 @@ def only_reads_of(module: cst.Module, name: str, rewritten: set[int]) -> bool:
             return False
         stack.extend(node.children)
     return True
+
+
+def used_as_key(node: cst.CSTNode, parent: Parent) -> bool:
+    """`{Class: ...}` or `table[Class]`: the class as a lookup key, not as a factory."""
+    up = parent(node)
+    if isinstance(up, cst.DictElement):
+        return up.key is node
+    return isinstance(up, cst.Index) and isinstance(parent(parent(up)), cst.Subscript)
+
+
+def subclass(node: cst.CSTNode, parent: Parent) -> cst.ClassDef | None:
+    """The class statement that lists `node` among its bases, if any."""
+    arg = parent(node)
+    cls = parent(arg) if isinstance(arg, cst.Arg) else None
+    return cls if isinstance(cls, cst.ClassDef) and arg in cls.bases else None
+
+
+def type_checking_only(assignment: BaseAssignment, parent: Parent) -> bool:
+    """An import under `if TYPE_CHECKING:`, which never runs."""
+    current = parent(getattr(assignment, "node", None))
+    while current is not None:
+        if isinstance(current, cst.If):
+            test = current.test
+            name = test.attr.value if isinstance(test, cst.Attribute) else None
+            if isinstance(test, cst.Name):
+                name = test.value
+            return name == "TYPE_CHECKING"
+        current = parent(current)
+    return False
+
+
+def inside(node: cst.CSTNode, statements: set[cst.CSTNode], parent: Parent) -> bool:
+    """Whether one of `statements` holds `node`."""
+    current = parent(node)
+    while current is not None and current not in statements:
+        current = parent(current)
+    return current is not None
+
+
+def swallowed(statement: cst.CSTNode, parent: Parent) -> bool:
+    """Whether `statement` sits in the body of a try whose except catches ImportError."""
+    current: cst.CSTNode | None = statement
+    while current is not None and not isinstance(current, cst.Module):
+        up = parent(current)
+        if isinstance(up, cst.Try) and current is up.body and catches_import_error(up):
+            return True
+        current = up
+    return False

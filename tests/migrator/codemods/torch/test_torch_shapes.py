@@ -132,6 +132,15 @@ def test_annotation_of_an_attribute_that_may_hold_a_left_scaler_stays(ported: di
     assert 'npu_lossscale.torch.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)' in text
 
 
+def test_apex_loss_scaling_is_left_with_what_it_misses(ported: dict) -> None:
+    assert (ported["out"] / "apex_loop.py").read_bytes() == (FIXTURES / "apex_loop.py").read_bytes()
+    found = _findings(ported["report"], "apex_loop.py")
+    assert [(f["line"], f["rule"], f["kind"]) for f in found] == [
+        (8, "torch-foreign-loss-scale", "warning")  # once per file, at the first apex amp call
+    ]
+    assert "inf/NaN only" in found[0]["message"] and "saturation" in found[0]["message"]
+
+
 def test_import_torch_read_only_by_the_scaler_is_removed(ported: dict) -> None:
     text = (ported["out"] / "torch_only_for_scaler.py").read_text(encoding="utf-8")
     assert "import torch\n" not in text
