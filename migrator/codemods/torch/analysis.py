@@ -289,15 +289,6 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             for a in bound
         )
 
-    def _holds_other_values(self, node: cst.CSTNode, module: cst.Module) -> bool:
-        current = self.parent(node)
-        while current is not None and not isinstance(current, cst.Annotation):
-            current = self.parent(current)
-        statement = self.parent(current) if current is not None else None
-        return isinstance(statement, cst.AnnAssign) and annotations.holds_other_values(
-            statement, module, self.plan.calls
-        )
-
     def _constructor(self, node: cst.Name | cst.Attribute, call: cst.Call, kind: Kind) -> None:
         params = names.AMP_PARAMS if kind is Kind.AMP else names.DEVICE_FREE_PARAMS
         # The CUDA and CPU scalers take no device, so their **kwargs hold only parameters the
@@ -458,7 +449,9 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._unused_imports()
         if not self._left:
             for node in self._annotations:
-                if self._holds_other_values(node, original_node):
+                if annotations.holds_other_values(
+                    node, original_node, self.plan.calls, self.parent
+                ):
                     continue
                 self._rewrite(node, None)
                 self._change(node, f"`{code(node)}` in a type annotation -> {names.PORTED}")

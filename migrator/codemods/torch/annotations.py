@@ -11,13 +11,20 @@ from collections.abc import Collection
 
 import libcst as cst
 
-from migrator.codemods.shared.nodes import code, walk
+from migrator.codemods.shared.nodes import Parent, code, walk
 
 
 def holds_other_values(
-    statement: cst.AnnAssign, module: cst.Module, ported: Collection[cst.Call]
+    node: cst.CSTNode, module: cst.Module, ported: Collection[cst.Call], parent: Parent
 ) -> bool:
-    """Whether the file assigns the annotated target anything but a ported call or None."""
+    """Whether `node` is in the annotation of `target: X = ...` and the file assigns `target`
+    anything but a call the port rewrote (`ported`) or None."""
+    current = parent(node)
+    while current is not None and not isinstance(current, cst.Annotation):
+        current = parent(current)
+    statement = parent(current) if current is not None else None
+    if not isinstance(statement, cst.AnnAssign):
+        return False
     target = code(statement.target)
     for found in walk(module):
         if not isinstance(found, cst.Assign):
