@@ -150,3 +150,36 @@ def test_import_torch_read_only_by_the_scaler_is_removed(ported: dict) -> None:
         (f["line"], f["rule"]) for f in _findings(ported["report"], "torch_only_for_scaler.py")
     }
     assert (5, "torch-import") in found
+
+
+# Each a test that holds on every torch the port runs on (2.4 and later): a scaler class used as
+# a value in its fallback branch needs nothing from the user.
+NEW_TORCH_TESTS = [
+    'version.parse(torch.__version__) >= version.parse("2.3")',
+    "TORCH_VERSION >= (2, 4)",
+    'is_torch_version(">=", "2.4.0")',
+    '"2.3" <= torch.__version__',
+    "_TORCH_GREATER_EQUAL_2_3",
+    'hasattr(torch, "GradScaler")',
+    'not is_torch_version("<", "2.3")',
+]
+# ...and tests whose fallback still runs on a torch the port supports, or that are not versions.
+OTHER_TESTS = ['is_torch_version(">=", "2.5")', "TORCH_VERSION > (2, 4)", "args.amp"]
+
+
+def test_only_fallbacks_for_torch_older_than_the_ports_go_unreported(tmp_path: Path) -> None:
+    lines = ["import torch", "from packaging import version", ""]
+    for number, test in enumerate(NEW_TORCH_TESTS + OTHER_TESTS):
+        lines += [
+            f"if {test}:",
+            f"    S{number} = {{torch.amp.GradScaler: {number}}}",
+            "else:",
+            f"    S{number} = {{torch.cuda.amp.GradScaler: {number}}}",
+        ]
+    (tmp_path / "t.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    proc = run_cli("--check", "--report", tmp_path / "r.json", tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    warned = sorted(f["line"] for f in report["findings"] if f["rule"] == "torch-grad-scaler")
+    first = 4 + 4 * len(NEW_TORCH_TESTS)  # the else-branch line of the first other test
+    assert warned == [first + 3, first + 4 + 3, first + 8 + 3]
