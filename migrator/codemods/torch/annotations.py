@@ -17,8 +17,9 @@ from migrator.codemods.shared.nodes import Parent, code, walk
 def holds_other_values(
     node: cst.CSTNode, module: cst.Module, ported: Collection[cst.Call], parent: Parent
 ) -> bool:
-    """Whether `node` is in the annotation of `target: X = ...` and the file assigns `target`
-    anything but a call the port rewrote (`ported`) or None."""
+    """Whether `node` is in the annotation of `target: X = ...` and the file assigns `target` the
+    result of a call the port did not rewrite (`ported`). A name assigned to it (a setter's
+    parameter) is not counted: its own annotation follows the port."""
     current = parent(node)
     while current is not None and not isinstance(current, cst.Annotation):
         current = parent(current)
@@ -32,8 +33,6 @@ def holds_other_values(
         if not any(code(t.target) == target for t in found.targets):
             continue
         value = found.value
-        if isinstance(value, cst.Name) and value.value == "None":
-            continue
-        if not (isinstance(value, cst.Call) and value in ported):
-            return True
+        if isinstance(value, cst.Call) and value not in ported:
+            return True  # a factory the port cannot see into (`wrapper.init_grad_scaler()`)
     return False

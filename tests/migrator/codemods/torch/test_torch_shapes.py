@@ -183,3 +183,30 @@ def test_only_fallbacks_for_torch_older_than_the_ports_go_unreported(tmp_path: P
     warned = sorted(f["line"] for f in report["findings"] if f["rule"] == "torch-grad-scaler")
     first = 4 + 4 * len(NEW_TORCH_TESTS)  # the else-branch line of the first other test
     assert warned == [first + 3, first + 4 + 3, first + 8 + 3]
+
+
+def test_annotation_follows_the_port_where_only_a_parameter_is_assigned_besides(
+    tmp_path: Path,
+) -> None:
+    """RT-DETR's config: the attribute is set from a setter's parameter, whose own annotation
+    the port rewrites, so the attribute's annotation follows the port too."""
+    source = (
+        "import torch\n"
+        "from torch.cuda.amp.grad_scaler import GradScaler\n\n\n"
+        "class Config:\n"
+        "    def __init__(self):\n"
+        "        self._scaler: GradScaler = None\n\n"
+        "    def build(self) -> GradScaler:\n"
+        "        if self._scaler is None and torch.cuda.is_available():\n"
+        "            self._scaler = GradScaler()\n"
+        "        return self._scaler\n\n"
+        "    def set_scaler(self, obj: GradScaler):\n"
+        "        self._scaler = obj\n"
+    )
+    (tmp_path / "config.py").write_text(source, encoding="utf-8")
+    assert run_cli("--write", tmp_path / "config.py").returncode == 0
+    text = (tmp_path / "config.py").read_text(encoding="utf-8")
+    assert text == source.replace(
+        "from torch.cuda.amp.grad_scaler import GradScaler",
+        "from npu_lossscale.torch import GradScaler",
+    )
