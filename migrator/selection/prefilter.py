@@ -17,7 +17,7 @@ LOSS_SCALE_TRIGGERS: tuple[bytes, ...] = (
 )
 
 # Every PyTorch gradient scaler the torch port rewrites or reports is spelled with this.
-TORCH_TRIGGERS: tuple[bytes, ...] = (b"GradScaler",)
+TORCH_TRIGGERS: tuple[bytes, ...] = (b"GradScaler", b"apex")  # apex: its own loss scaling
 
 # A file defining an optimizer class matters to the global-step move even when it mentions no
 # loss scaling.

@@ -45,7 +45,7 @@ NAME_FRAGMENTS: frozenset[str] = frozenset(
     }
 )
 # ...and a part *equal* to one of these.
-FRAMEWORK_PARTS: frozenset[str] = frozenset({"amp", "npu_bridge"})
+FRAMEWORK_PARTS: frozenset[str] = frozenset({"amp", "npu_bridge", "fp16_utils"})
 # In what any other import reaches (a module of the user's own: `from utils import X`, read to the
 # first attribute), a part *equal* to one of these: an API name re-exported under its own name.
 REEXPORTED_NAMES: frozenset[str] = frozenset(
@@ -76,7 +76,17 @@ STEP_CALL_PREFIXES: tuple[str, ...] = ("assign",)
 # re-export), and a chain rooted at no import (`FLAGS.loss_scale`, `hparams.mixed_precision`) not at
 # all: the codemods resolve names through imports, so such a chain can never mean an API.
 FRAMEWORKS: frozenset[str] = frozenset(
-    {"tensorflow", "keras", "tf_keras", "torch", "torch_npu", "horovod", "npu_bridge"}
+    {
+        "tensorflow",
+        "keras",
+        "tf_keras",
+        "torch",
+        "torch_npu",
+        "fairscale",
+        "apex",
+        "horovod",
+        "npu_bridge",
+    }
     # Ours: a file an earlier run ported still gets the torch port's transfer_to_npu reminder.
     | {"npu_lossscale"}
 )

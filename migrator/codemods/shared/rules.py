@@ -40,6 +40,7 @@ TORCH_NPU = "torch-npu"
 TORCH_DEVICE = "torch-device"
 TORCH_IMPORT = "torch-import"
 TORCH_SCALE_BELOW_ONE = "torch-scale-below-one"
+TORCH_FOREIGN_LOSS_SCALE = "torch-foreign-loss-scale"
 
 # ----------------------------------------------------------------- cross-cutting rewrites
 GLOBAL_STEP_MOVE = "global-step-move"

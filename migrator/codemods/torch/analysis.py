@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 import libcst as cst
-from libcst.metadata import Assignment, BaseAssignment, QualifiedNameSource, Scope, ScopeProvider
+from libcst.metadata import Assignment, QualifiedNameSource, Scope, ScopeProvider
 
 from migrator.codemods.shared import arguments as shared_args
 from migrator.codemods.shared import nodes, rules
@@ -29,7 +29,7 @@ from migrator.codemods.shared.lines import LineProvider, start_line
 from migrator.codemods.shared.nodes import code
 from migrator.codemods.shared.parents import ParentProvider
 from migrator.codemods.shared.qualified import qualified_names
-from migrator.codemods.torch import below_one, names
+from migrator.codemods.torch import annotations, below_one, branches, names, scan
 from migrator.codemods.torch.arguments import builder
 from migrator.codemods.torch.imports import Conflict, ImportSite, plan_imports
 from migrator.codemods.torch.names import Kind
@@ -42,6 +42,7 @@ RULE = rules.TORCH_GRAD_SCALER
 NPU_RULE = rules.TORCH_NPU
 DEVICE_RULE = rules.TORCH_DEVICE
 IMPORT_RULE = rules.TORCH_IMPORT
+FOREIGN_RULE = rules.TORCH_FOREIGN_LOSS_SCALE
 
 _TRANSFER_NOTE = (
     "only the scaler was ported: device strings ('cuda', .cuda(), .to('cuda')) and autocast stay "
@@ -82,6 +83,11 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._roots: set[str] = set()
         self._guard: tuple[cst.Comparison, str] | None = None  # `get_scale() < 1e-4` somewhere
         self._guard_warned = False
+        self._chosen: set[int] = set()  # names bound to torch.amp's scaler or, on old torch, cuda's
+        self._annotations: list[cst.Name | cst.Attribute] = []  # CUDA/CPU scalers annotated
+        self._left = False  # the file leaves a scaler torch's (sharded, refused, foreign)
+        self._plain_torch: list[tuple[cst.Import, int]] = []  # `import torch` aliases
+        self._foreign_warned: set[str] = set()
 
     # ----------------------------------------------------------------- helpers
     def line(self, node: cst.CSTNode) -> int:
@@ -96,12 +102,20 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
     def _warn(self, node: cst.CSTNode, message: str, rule: str = RULE) -> None:
         self.findings.append(Finding(self.path, self.line(node), rule, message, "warning"))
 
+    def _hand_port(self, node: cst.CSTNode, message: str, *, leaves: bool = True) -> None:
+        """A use the user must port by hand, unless only a torch the port cannot run on (older
+        than 2.4) reaches it: the fallback of a version check needs nothing. `leaves`: the use
+        keeps a scaler torch's, so annotations of the file's scalers stay as written."""
+        if not branches.old_torch_only(node, self.parent):
+            self._left |= leaves
+            self._warn(node, message)
+
     def _change(self, node: cst.CSTNode, message: str, rule: str = RULE) -> None:
         self.findings.append(Finding(self.path, self.line(node), rule, message, "change"))
 
     # ----------------------------------------------------------------- imports
     def visit_Module(self, node: cst.Module) -> bool:
-        self._roots, star = _torch_roots(node)
+        self._roots, star = scan.torch_roots(node)
         self._guard = below_one.scale_guard(node) if self._roots or star else None
         return bool(self._roots) or star
 
@@ -111,6 +125,8 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             if alias.asname is not None:
                 local = nodes.dotted(alias.asname.name)
                 self._binding(node, index, local, dotted)
+            elif dotted == "torch":
+                self._plain_torch.append((node, index))
             self._transfer |= names.is_transfer_to_npu(dotted)
         return False
 
@@ -159,11 +175,17 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             return False  # not reached through a torch import: cannot be torch's scaler
         resolved = qualified_names(self, node)
         found = [q.name for q in resolved if q.source is QualifiedNameSource.IMPORT]
+        for name in found:
+            self._foreign(node, name)
         related = [n for n in found if names.classify(n) or names.scaler_prefix(n)]
         if not related:
             return False
         if len(resolved) > 1:
-            self._warn(
+            if branches.new_torch_choice(resolved):
+                self._chosen.add(id(node))
+                self._use(node, Kind.AMP)
+                return False
+            self._hand_port(
                 node,
                 f"`{code(node)}` is bound to more than one thing here (a try/except import?), "
                 f"so the tool cannot tell which scaler it is; port it to {names.PORTED} by hand",
@@ -172,31 +194,50 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         (name,) = related
         kind = names.classify(name)
         if kind is None:
-            self._warn(
+            self._hand_port(
                 node,
                 f"`{code(node)}` reaches into torch's {names.scaler_prefix(name)}; left as it "
                 f"is, check it still fits {names.PORTED}",
+                leaves=False,
             )
         elif kind is Kind.NPU:
             self._npu.append((node, code(node)))
         elif kind is Kind.SHARDED:
+            self._left = True
             self._warn(
                 node,
-                f"`{code(node)}` (a sharded scaler, FSDP's or fairscale's) has no "
-                "npu_lossscale counterpart; left as it is",
+                f"`{code(node)}` ({names.left_what(name)}) has no npu_lossscale counterpart; "
+                "left as it is: its inf/NaN check misses overflows an NPU in saturation mode "
+                "clamps to the fp16 maximum",
             )
         else:
             self._use(node, kind)
         return False
+
+    def _foreign(self, node: cst.CSTNode, name: str) -> None:
+        """Another library's loss scaling (apex): once per library and file, what it misses."""
+        what = names.foreign(name)
+        library = name.split(".")[0]
+        if what is None or library in self._foreign_warned:
+            return
+        self._foreign_warned.add(library)
+        self._warn(
+            node,
+            f"`{code(node)}` ({what}) is left as it is: its overflow check looks for inf/NaN "
+            "only, so on an Ascend NPU in saturation mode, where an overflow is clamped to the "
+            "fp16 maximum (65504), an overflowed step is applied; move the loop to torch.amp "
+            f"autocast with {names.PORTED} (both overflow modes), or run in INF/NAN mode",
+            FOREIGN_RULE,
+        )
 
     def _use(self, node: cst.Name | cst.Attribute, kind: Kind) -> None:
         parent = self.parent(node)
         if isinstance(parent, cst.Call) and parent.func is node:
             self._constructor(node, parent, kind)
             return
-        subclass = self._subclass(node)
+        subclass = scan.subclass(node, self.parent)
         if subclass is not None:
-            self._warn(
+            self._hand_port(
                 subclass,
                 f"class {subclass.name.value} subclasses `{code(node)}`; left unchanged: "
                 f"rebase it on {names.PORTED} by hand and check what it overrides (the ported "
@@ -204,10 +245,10 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             )
             return
         where = self._type_position(node)
-        if where is None and kind is Kind.AMP and self._used_as_key(node):
+        if where is None and kind is Kind.AMP and scan.used_as_key(node, self.parent):
             return  # a registry keyed by torch.amp.GradScaler finds the ported class (a subclass)
         if where is None:
-            self._warn(
+            self._hand_port(
                 node,
                 f"`{code(node)}` is used as a value (passed, stored or returned), not "
                 "constructed; what it builds elsewhere stays torch's scaler: port it by hand",
@@ -215,8 +256,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         elif kind is Kind.AMP:
             pass  # the ported class is a torch.amp.GradScaler already: still true as written
         elif where == "in a type annotation":
-            self._rewrite(node, None)
-            self._change(node, f"`{code(node)}` {where} -> {names.PORTED}")
+            self._annotations.append(node)  # decided once the file's left scalers are known
         elif self._torch_bound(node):
             root = nodes.root(node)
             assert root is not None
@@ -228,26 +268,19 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                 "torch's scalers, so the test holds for scalers built elsewhere too",
             )
         else:
-            self._warn(
+            self._hand_port(
                 node,
                 f"`{code(node)}` {where} is False for the ported class (a "
                 f"{names.BASE}, not a torch.cuda.amp one); left unchanged: test against "
                 f"{names.BASE} by hand",
             )
 
-    def _used_as_key(self, node: cst.CSTNode) -> bool:
-        """`{Class: ...}` or `table[Class]`: the class as a lookup key, not as a factory."""
-        up = self.parent(node)
-        if isinstance(up, cst.DictElement):
-            return up.key is node
-        return isinstance(up, cst.Index) and isinstance(self.parent(self.parent(up)), cst.Subscript)
-
     def _torch_bound(self, node: cst.CSTNode) -> bool:
         """Whether `torch` reads as the torch module where `node` is, at run time."""
         scope = self.scope(node)
         if scope is None or "torch" not in scope:
             return False
-        bound = [a for a in scope["torch"] if not self._type_checking_only(a)]
+        bound = [a for a in scope["torch"] if not scan.type_checking_only(a, self.parent)]
         return bool(bound) and all(
             isinstance(a.node, cst.Import)
             and any(
@@ -257,27 +290,18 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             for a in bound
         )
 
-    def _type_checking_only(self, assignment: BaseAssignment) -> bool:
-        """An import under `if TYPE_CHECKING:`, which never runs."""
-        current = self.parent(getattr(assignment, "node", None))
-        while current is not None:
-            if isinstance(current, cst.If):
-                test = current.test
-                name = test.attr.value if isinstance(test, cst.Attribute) else None
-                if isinstance(test, cst.Name):
-                    name = test.value
-                return name == "TYPE_CHECKING"
-            current = self.parent(current)
-        return False
-
     def _constructor(self, node: cst.Name | cst.Attribute, call: cst.Call, kind: Kind) -> None:
         params = names.AMP_PARAMS if kind is Kind.AMP else names.DEVICE_FREE_PARAMS
         # The CUDA and CPU scalers take no device, so their **kwargs hold only parameters the
-        # ported class takes by the same names; torch.amp's may hold the device, which must go.
-        bound = shared_args.bind(call, params, pass_double_star=kind is not Kind.AMP)
+        # ported class takes by the same names; torch.amp's may hold the device, which must go,
+        # unless the call passes the device itself (a second one would be a TypeError).
+        bound = shared_args.bind(call, params, pass_double_star=True)
+        if kind is Kind.AMP and not isinstance(bound, str) and "device" not in bound:
+            if any(arg.star == "**" for arg in call.args):
+                bound = "the call passes **-arguments that may hold the device"
         what = f"`{code(node)}(...)`"
         if isinstance(bound, str):
-            self._warn(
+            self._hand_port(
                 call,
                 f"{what} left unchanged: {bound}; port it to {names.PORTED} by hand (it takes "
                 "torch.amp.GradScaler's parameters, device first)",
@@ -351,7 +375,10 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         assert root is not None
         self._consumed.add(id(root))
         provider = self._provider(node, root)
-        self._sites.append(ImportSite(node, call, provider, self.scope(node)))
+        home = None
+        if id(node) in self._chosen:
+            home = branches.choice_statement(root, self.scope(root), self.parent)
+        self._sites.append(ImportSite(node, call, provider, self.scope(node), home))
 
     def _provider(self, node: cst.Name | cst.Attribute, root: cst.Name) -> Assignment | None:
         """The import that binds the root name of a reference (the first one where several do:
@@ -381,22 +408,17 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                     return None
                 # A use that runs is bound by an import that runs: one under TYPE_CHECKING
                 # (`import torch.cuda.amp` there, `import torch` at the top) is not its home.
-                running = [a for a in imports if not self._type_checking_only(a)]
+                running = [a for a in imports if not scan.type_checking_only(a, self.parent)]
                 if not running and root.value in scope:
                     running = [
                         a
                         for a in scope[root.value]
                         if isinstance(a, Assignment)
                         and isinstance(a.node, cst.Import)
-                        and not self._type_checking_only(a)
+                        and not scan.type_checking_only(a, self.parent)
                     ]
                 return min(running or imports, key=lambda a: self.line(a.node), default=None)
         return None
-
-    def _subclass(self, node: cst.CSTNode) -> cst.ClassDef | None:
-        arg = self.parent(node)
-        cls = self.parent(arg) if isinstance(arg, cst.Arg) else None
-        return cls if isinstance(cls, cst.ClassDef) and arg in cls.bases else None
 
     def _type_position(self, node: cst.CSTNode) -> str | None:
         """'in a type annotation' / 'in isinstance()': where the class is only compared."""
@@ -426,6 +448,14 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             self._leave_npu_file()
             return
         self._unused_imports()
+        if not self._left:
+            for node in self._annotations:
+                if annotations.holds_other_values(
+                    node, original_node, self.plan.calls, self.parent
+                ):
+                    continue
+                self._rewrite(node, None)
+                self._change(node, f"`{code(node)}` in a type annotation -> {names.PORTED}")
         if not self._sites:
             ported = None if self._transfer else first_ported_scaler(original_node, self)
             if ported is not None:  # ported by an earlier run: the reminder still holds
@@ -442,6 +472,12 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             refs = self._references(binding)
             if refs and all(id(r) in self._consumed for r in refs):
                 self.plan.removals.setdefault(binding.node, set()).add(binding.index)
+        # a reference rewritten to torch.amp.GradScaler still reads torch
+        still = {id(nodes.root(n)) for n, to in self.plan.refs.items() if to == names.BASE}
+        if self._plain_torch and scan.only_reads_of(original_node, "torch", self._consumed - still):
+            # npu_lossscale.torch imports torch itself, so nothing is lost with the import
+            for statement, index in self._plain_torch:
+                self.plan.removals.setdefault(statement, set()).add(index)
         try:
             anchors = plan_imports(self._sites, self.plan, self._removed_names(), self.parent)
         except Conflict as conflict:
@@ -451,24 +487,35 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             )
             self.plan = TorchPlan()
             return
+        self.plan.collapse = {a for a in anchors if branches.collapsible(a, self._all_removed)}
         self._report_imports(anchors)
         self._guarded_imports(anchors)
         if self.plan.calls and not self._transfer:
             first = min(self.line(call) for call in self.plan.calls)
             self.findings.append(Finding(self.path, first, DEVICE_RULE, _TRANSFER_NOTE, "warning"))
 
-    def _report_imports(self, anchors: list[cst.SimpleStatementLine]) -> None:
+    def _report_imports(self, anchors: list[cst.BaseStatement]) -> None:
         """One change per import statement touched, on its line."""
-        replaced = set()
+        replaced: set[cst.CSTNode] = set()
         for statement in anchors:
             lines = " and ".join(f"`{line}`" for line in self.plan.after[statement])
-            if all(self._all_removed(small) for small in statement.body):
+            if statement in self.plan.collapse:
+                replaced.add(statement)
+                self._change(
+                    statement,
+                    f"this choice between torch.amp's and torch.cuda.amp's scaler becomes {lines} "
+                    "(the port needs torch 2.4 or later, where the first one is always chosen)",
+                    IMPORT_RULE,
+                )
+            elif not isinstance(statement, cst.SimpleStatementLine):
+                self._change(statement, f"adds {lines} after this statement", IMPORT_RULE)
+            elif all(self._all_removed(small) for small in statement.body):
                 replaced.add(statement)
                 self._change(statement, f"this import becomes {lines}", IMPORT_RULE)
             else:
                 self._change(statement, f"adds {lines} after this statement", IMPORT_RULE)
         for node, gone in self.plan.removals.items():
-            if self.parent(node) in replaced:
+            if scan.inside(node, replaced, self.parent):
                 continue
             if self._all_removed(node):
                 self._change(node, "removed this import: every use was ported", IMPORT_RULE)
@@ -479,24 +526,19 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                     node, f"drops `{dropped}` from this import: every use was ported", IMPORT_RULE
                 )
 
-    def _guarded_imports(self, anchors: list[cst.SimpleStatementLine]) -> None:
+    def _guarded_imports(self, anchors: list[cst.BaseStatement]) -> None:
         """The new import inside `try: ... except ImportError:` is swallowed where npu_lossscale
         is missing, and the script then fails at the scaler's first use, far from the cause."""
         for statement in anchors:
-            current: cst.CSTNode | None = statement
-            while current is not None and not isinstance(current, cst.Module):
-                up = self.parent(current)
-                if isinstance(up, cst.Try) and current is up.body and _catches_import_error(up):
-                    self._warn(
-                        statement,
-                        f"the {names.LIBRARY} import goes inside a try whose except catches "
-                        "ImportError: where npu_lossscale is not installed the error is "
-                        "swallowed and the scaler's first use fails instead; install it where "
-                        "this runs, or move the import out of the guard",
-                        IMPORT_RULE,
-                    )
-                    break
-                current = up
+            if scan.swallowed(statement, self.parent):
+                self._warn(
+                    statement,
+                    f"the {names.LIBRARY} import goes inside a try whose except catches "
+                    "ImportError: where npu_lossscale is not installed the error is "
+                    "swallowed and the scaler's first use fails instead; install it where "
+                    "this runs, or move the import out of the guard",
+                    IMPORT_RULE,
+                )
 
     def _all_removed(self, small: cst.CSTNode) -> bool:
         aliases = getattr(small, "names", None)
@@ -554,46 +596,3 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                     f"(line {self.line(node)}), so it stays as it is; port both by hand if wanted",
                 )
         self.plan = TorchPlan()
-
-
-def _torch_roots(module: cst.Module) -> tuple[set[str], bool]:
-    """Names bound by imports of torch or torch-npu anywhere in the module, and whether one of
-    them is a star import (which binds names nobody can list)."""
-    roots: set[str] = set()
-    star = False
-    stack: list[cst.CSTNode] = [module]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Import):
-            for alias in node.names:
-                if names.is_torch_module(nodes.dotted(alias.name)):
-                    bound = alias.asname.name if alias.asname else alias.name
-                    roots.add(nodes.dotted(bound).split(".")[0])
-        elif isinstance(node, cst.ImportFrom):
-            module_name = nodes.dotted(node.module) if node.module is not None else ""
-            if node.relative or not names.is_torch_module(module_name):
-                continue
-            if isinstance(node.names, cst.ImportStar):
-                star = True
-                continue
-            for alias in node.names:
-                bound = alias.asname.name if alias.asname else alias.name
-                roots.add(nodes.dotted(bound))
-        elif isinstance(node, cst.SimpleStatementLine):
-            stack.extend(node.body)
-        elif not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement)):
-            stack.extend(node.children)  # statements, blocks, handlers: not expressions
-    return roots, star
-
-
-def _catches_import_error(statement: cst.Try) -> bool:
-    caught = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
-    for handler in statement.handlers:
-        if handler.type is None:
-            return True
-        types = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
-        for item in types:
-            value = item.value if isinstance(item, cst.Element) else item
-            if nodes.dotted(value).rpartition(".")[2] in caught:
-                return True
-    return False

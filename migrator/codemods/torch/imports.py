@@ -34,6 +34,8 @@ class ImportSite:
     call: cst.Call | None
     provider: Assignment | None
     scope: Scope | None
+    # the try/except or if/else choosing between torch's scalers that binds the name, if any
+    home: cst.BaseStatement | None = None
 
 
 class Conflict(Exception):
@@ -59,7 +61,7 @@ def plan_imports(
     plan: TorchPlan,
     removed: set[tuple[int, str]],
     parent: Parent,
-) -> list[cst.SimpleStatementLine]:
+) -> list[cst.BaseStatement]:
     """Fill `plan.refs` and `plan.after`; returns the statements imports were placed after.
 
     `removed` holds (id of import statement, local name) for the bindings the port drops.
@@ -78,7 +80,7 @@ def plan_imports(
         group = groups.setdefault((id(block), line), _Group(block, index, use))
         group.provider = min(group.provider, index)
         group.first_use = min(group.first_use, use)
-    anchors: dict[cst.SimpleStatementLine, list[str]] = {}
+    anchors: dict[cst.BaseStatement, list[str]] = {}
     for (_, line), group in groups.items():
         anchors.setdefault(_anchor(group, line), []).append(line)
     for statement, lines in anchors.items():
@@ -159,8 +161,13 @@ def _imports_library(assignment: object) -> bool:
     )
 
 
-def _home(site: ImportSite, parent: Parent) -> tuple[cst.SimpleStatementLine, Block]:
+def _home(site: ImportSite, parent: Parent) -> tuple[cst.BaseStatement, Block]:
     """The statement importing the reference's root name, and the block holding it."""
+    if site.home is not None:
+        block = parent(site.home)
+        if not isinstance(block, (cst.Module, cst.IndentedBlock)):
+            raise Conflict(site.node, "its import is not on a line of its own block")
+        return site.home, block
     node = getattr(site.provider, "node", None)
     if not isinstance(node, (cst.Import, cst.ImportFrom)):
         raise Conflict(site.node, "the import binding this name cannot be found")
@@ -173,7 +180,7 @@ def _home(site: ImportSite, parent: Parent) -> tuple[cst.SimpleStatementLine, Bl
     return statement, block
 
 
-def _anchor(group: _Group, line: str) -> cst.SimpleStatementLine:
+def _anchor(group: _Group, line: str) -> cst.BaseStatement:
     """After the providing import; `import npu_lossscale.torch` at module level goes after the
     last torch import before the first use instead, with the file's other torch imports."""
     body = group.block.body
@@ -182,9 +189,7 @@ def _anchor(group: _Group, line: str) -> cst.SimpleStatementLine:
         for index in range(group.provider, max(group.first_use, group.provider + 1)):
             if _is_torch_import(body[index]):
                 chosen = index
-    statement = body[chosen]
-    assert isinstance(statement, cst.SimpleStatementLine)
-    return statement
+    return body[chosen]
 
 
 def _is_torch_import(statement: cst.CSTNode) -> bool:

@@ -26,7 +26,7 @@ class Kind(enum.Enum):
     CPU = "cpu"  # torch.cpu.amp.GradScaler: the same signature, on the CPU
     AMP = "amp"  # torch.amp.GradScaler: the device is the first parameter
     NPU = "npu"  # torch-npu's own scaler: the script runs on Ascend already
-    SHARDED = "sharded"  # FSDP's ShardedGradScaler: no counterpart
+    SHARDED = "sharded"  # FSDP's and fairscale's scalers: no counterpart, left and reported
 
 
 # torch.amp.GradScaler's parameters, which npu_lossscale.torch.GradScaler takes in the same order.
@@ -55,15 +55,18 @@ _SCALERS = {
     "torch_npu.npu.amp": Kind.NPU,
     "torch_npu.npu.amp.grad_scaler": Kind.NPU,
 }
-_SHARDED = (
-    "torch.distributed.fsdp.ShardedGradScaler",
-    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
-    # fairscale's, a torch.cuda.amp.GradScaler subclass for its sharded optimizers
-    "fairscale.optim.grad_scaler.ShardedGradScaler",
-    "fairscale.optim.ShardedGradScaler",
-)
-# Modules whose import the port may drop once every use of it was rewritten; `torch` itself
-# always stays (the script uses it for everything else, and importing it has effects).
+# Scalers the port leaves, each with what it is (every use is reported).
+_SHARDED = {
+    "torch.distributed.fsdp.ShardedGradScaler": "FSDP's sharded scaler",
+    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler": "FSDP's sharded scaler",
+    # fairscale's, torch.cuda.amp.GradScaler subclasses for its sharded optimizers and FSDP
+    "fairscale.optim.grad_scaler.ShardedGradScaler": "fairscale's sharded scaler",
+    "fairscale.optim.ShardedGradScaler": "fairscale's sharded scaler",
+    "fairscale.optim.grad_scaler.GradScaler": "fairscale's scaler for its FSDP",
+    "fairscale.optim.GradScaler": "fairscale's scaler for its FSDP",
+}
+# Modules whose import the port may drop once every use of it was rewritten (`import torch`
+# goes too where the port rewrote every read of `torch`: npu_lossscale.torch imports it).
 AMP_MODULES = frozenset(m for m, k in _SCALERS.items() if k is not Kind.NPU and m != "torch")
 # Modules whose `import *` binds a scaler class the tool cannot see.
 STAR_MODULES = AMP_MODULES | {"torch"}
@@ -79,6 +82,28 @@ def classify(name: str) -> Kind | None:
     if name.startswith("torch_npu.") and leaf.endswith(CLASS):
         return Kind.NPU  # torch-npu's sharded and other scalers
     return None
+
+
+# Other libraries' loss scaling for torch, which the port leaves: each checks inf/NaN only.
+_FOREIGN = {
+    "apex.amp.scale_loss": "apex's amp.scale_loss",
+    "apex.amp.initialize": "apex's amp.initialize",
+    "apex.amp.handle.scale_loss": "apex's amp.scale_loss",
+    "apex.fp16_utils.FP16_Optimizer": "apex's FP16_Optimizer",
+    "apex.fp16_utils.fp16_optimizer.FP16_Optimizer": "apex's FP16_Optimizer",
+    "apex.fp16_utils.DynamicLossScaler": "apex's DynamicLossScaler",
+    "apex.fp16_utils.loss_scaler.DynamicLossScaler": "apex's DynamicLossScaler",
+}
+
+
+def foreign(name: str) -> str | None:
+    """What another library's loss scaling is (apex's), or None."""
+    return _FOREIGN.get(name)
+
+
+def left_what(name: str) -> str:
+    """What a scaler the port leaves is, for its warning."""
+    return _SHARDED.get(name, "a sharded scaler")
 
 
 def scaler_prefix(name: str) -> str | None:
@@ -104,4 +129,4 @@ def is_transfer_to_npu(name: str) -> bool:
 
 def is_torch_module(name: str) -> bool:
     top = name.split(".")[0]
-    return top in ("torch", "torch_npu", "fairscale")
+    return top in ("torch", "torch_npu", "fairscale", "apex")

@@ -22,7 +22,9 @@ class TorchPlan:
     # import statement -> indexes of its aliases to delete
     removals: dict[cst.CSTNode, set[int]] = dataclasses.field(default_factory=dict)
     # statement -> import lines to add after it (in its place when all of it is removed)
-    after: dict[cst.SimpleStatementLine, list[str]] = dataclasses.field(default_factory=dict)
+    after: dict[cst.BaseStatement, list[str]] = dataclasses.field(default_factory=dict)
+    # try/except or if/else statements (keys of `after`) that its import lines replace whole
+    collapse: set[cst.BaseStatement] = dataclasses.field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(self.calls or self.refs)

@@ -97,15 +97,28 @@ class TorchRewriter(PlannedRewriter):
             if isinstance(old, cst.SimpleStatementLine) and old in self._statements:
                 now = self._statements[old]
                 if now is None:
+                    # its comments move on, and a blank line that set its group apart
+                    blank = bool(old.leading_lines) and old.leading_lines[0].comment is None
+                    carried.extend([cst.EmptyLine()] if blank and not carried else [])
                     carried.extend(comments_of(old))
                     continue
                 after = self.plan.after.get(old, [])
                 emptied = all(self.emptied(s) for s in old.body)
                 added = [now, *(cst.parse_statement(x + "\n") for x in after[int(emptied) :])]
+            elif old in self.plan.after:  # a try/except or if/else choosing torch's scaler
+                lines = [cst.parse_statement(x + "\n") for x in self.plan.after[old]]
+                if old in self.plan.collapse:
+                    lines[0] = lines[0].with_changes(leading_lines=old.leading_lines)
+                    added = lines
+                else:
+                    added = [new, *lines]
             else:
                 added = [new]
             if carried:
-                added[0] = added[0].with_changes(leading_lines=[*carried, *added[0].leading_lines])
+                own = list(added[0].leading_lines)
+                if own and own[0].comment is None and carried[0].comment is None:
+                    carried = carried[1:]  # one blank line, not two
+                added[0] = added[0].with_changes(leading_lines=[*carried, *own])
                 carried = []
             out.extend(added)
         if not out:
