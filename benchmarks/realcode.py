@@ -433,6 +433,9 @@ def probe(
             row.failures.append(f"{what} imported npu_lossscale from {library}, not this tree")
         if value.startswith("FAIL") and not warnings - _STANDING_NOTES:
             row.failures.append(f"{what} failed with no warning: {value}")
+        elif value.startswith("FAIL"):  # the report warned: the table says which warning it was
+            excused = ", ".join(sorted(warnings - _STANDING_NOTES))
+            row.note = "; ".join(filter(None, [row.note, f"{what} failed, warned: {excused}"]))
 
 
 def run(
