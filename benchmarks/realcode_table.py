@@ -49,7 +49,7 @@ def render(
     lines.append(f"target: {target}" + (bridge_note if target == "npu-bridge" else ""))
     lines.append(
         f"expectations met: {met}/{total}"
-        + (f" ({skipped} naming npu_lossscale not checked on this target)" if skipped else "")
+        + (f" ({skipped} on the default target's spelling not checked)" if skipped else "")
     )
     for label in compilers:
         lines.append(f"compiles on {label}: {_tally([r.compiled.get(label, '-') for r in rows])}")
