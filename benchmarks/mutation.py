@@ -56,11 +56,16 @@ AREAS: dict[str, tuple[list[str], list[str]]] = {
             "tests/library/tf/test_optimizer.py",
             "tests/library/tf/test_gating.py",
             "tests/library/tf/test_checkpoint_eager.py",
+            "tests/library/tf/test_mutation_kills.py",
         ],
     ),
     "tf/distributed": (
         ["npu_lossscale/tf/distributed.py"],
-        ["tests/library/tf/test_distributed.py", "tests/library/tf/test_multiworker.py"],
+        [
+            "tests/library/tf/test_distributed.py",
+            "tests/library/tf/test_multiworker.py",
+            "tests/library/tf/test_mutation_kills.py",
+        ],
     ),
     "keras": (["npu_lossscale/keras/optimizer*.py"], ["tests/library/keras"]),
     "torch": (
