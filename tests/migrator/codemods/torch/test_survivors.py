@@ -113,3 +113,25 @@ def test_a_script_already_on_the_npu_is_left_byte_identical_with_a_note(source: 
     ported, findings = _port(source)
     assert ported == source
     assert len(_messages(findings, "warning", "torch-npu")) == 1
+
+
+def test_a_reference_inside_a_scope_that_rebinds_the_name_gets_the_dotted_name() -> None:
+    """The rewritten `from ... import GradScaler` does not reach build(), whose parameter is
+    also called GradScaler: there the scaler is spelled out in full."""
+    ported, _ = _port(
+        "import torch\nfrom torch.cuda.amp import GradScaler\n\nscaler = GradScaler()\n\n\n"
+        "def build(GradScaler=None):\n    return torch.cuda.amp.GradScaler(init_scale=8.0)\n\n\n"
+        "other = torch.cuda.amp.GradScaler(init_scale=4.0)\n"
+    )
+    assert "    return npu_lossscale.torch.GradScaler(init_scale=8.0)\n" in ported
+    assert "other = GradScaler(init_scale=4.0)\n" in ported
+    namespace = _run(ported)
+    assert namespace["build"]().get_scale() == 8.0
+    assert namespace["other"].get_scale() == 4.0
+
+
+def test_the_report_names_the_positionals_passed_by_name_not_the_dropped_device() -> None:
+    ported, findings = _port('import torch\n\nscaler = torch.amp.GradScaler("cuda", 1024.0)\n')
+    assert "scaler = npu_lossscale.torch.GradScaler(init_scale=1024.0)\n" in ported
+    (change,) = _messages(findings, "change", "torch-grad-scaler")
+    assert change.endswith("positional arguments passed by name (init_scale)"), change
