@@ -62,3 +62,14 @@ def test_the_stuck_message_advises_by_the_floor(floor: float, advice: str) -> No
         8, 1, 1, 2, 0.5, min_loss_scale=floor, max_skipped_steps_at_floor=3
     )
     assert advice in rule.stuck_message("saturation")
+
+
+def test_the_stuck_guard_fires_at_a_limit_past_small_integers() -> None:
+    """300 skips in a row at the floor with max_skipped_steps_at_floor=300: stuck, not before."""
+    init, rule = DynamicRule.validated(1, 1, 1, 2, 0.5, max_skipped_steps_at_floor=300)
+    state = RuleState(init)
+    for _ in range(299):
+        state = rule.step(state, False)
+    assert not rule.is_stuck(state)
+    state = rule.step(state, False)
+    assert state.skips_at_floor == 300 and rule.is_stuck(state)

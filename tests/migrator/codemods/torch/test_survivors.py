@@ -135,3 +135,13 @@ def test_the_report_names_the_positionals_passed_by_name_not_the_dropped_device(
     assert "scaler = npu_lossscale.torch.GradScaler(init_scale=1024.0)\n" in ported
     (change,) = _messages(findings, "change", "torch-grad-scaler")
     assert change.endswith("positional arguments passed by name (init_scale)"), change
+
+
+def test_the_report_says_when_double_star_arguments_are_passed_on() -> None:
+    source = "import torch\n\ncfg = {}\nscaler = torch.cuda.amp.GradScaler(**cfg)\n"
+    ported, findings = _port(source)
+    assert "scaler = npu_lossscale.torch.GradScaler(**cfg)\n" in ported
+    (change,) = _messages(findings, "change", "torch-grad-scaler")
+    assert "**-arguments passed on as written" in change
+    (plain,) = _messages(_port(source.replace("**cfg", ""))[1], "change", "torch-grad-scaler")
+    assert "**-arguments" not in plain
