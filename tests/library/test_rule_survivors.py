@@ -73,3 +73,15 @@ def test_the_stuck_guard_fires_at_a_limit_past_small_integers() -> None:
     assert not rule.is_stuck(state)
     state = rule.step(state, False)
     assert state.skips_at_floor == 300 and rule.is_stuck(state)
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [("incr_ratio", 1 + 1e-9), ("incr_ratio", 1.0), ("decr_ratio", 1 - 1e-10), ("decr_ratio", 1.0)],
+)
+def test_a_ratio_that_is_1_in_float32_is_refused(keyword: str, value: float) -> None:
+    """The devices multiply in float32, where these ratios are exactly 1: the scale would never
+    move. Refused even where the Python float itself is inside the interval."""
+    ratios = {"incr_ratio": 2.0, "decr_ratio": 0.5, keyword: value}
+    with pytest.raises(ValueError, match=f"{keyword} must be a finite number in"):
+        DynamicRule.validated(8, 1, 1, ratios["incr_ratio"], ratios["decr_ratio"])
