@@ -145,3 +145,20 @@ def test_the_report_says_when_double_star_arguments_are_passed_on() -> None:
     assert "**-arguments passed on as written" in change
     (plain,) = _messages(_port(source.replace("**cfg", ""))[1], "change", "torch-grad-scaler")
     assert "**-arguments" not in plain
+
+
+def test_an_import_dropped_between_semicolons_leaves_the_others_valid() -> None:
+    ported, _ = _port(
+        "import os; from torch.cuda.amp import GradScaler; import sys\n\nscaler = GradScaler()\n"
+    )
+    assert ported.startswith("import os; import sys\nfrom npu_lossscale.torch import GradScaler\n")
+    assert _run(ported)["scaler"].get_scale() == 2.0**16
+
+
+def test_the_running_import_is_the_home_of_a_name_also_imported_for_type_checking() -> None:
+    ported, _ = _port(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from torch.cuda import amp\n"
+        "from torch.cuda import amp\n\nscaler = amp.GradScaler()\n"
+    )
+    assert "\nimport npu_lossscale.torch\n" in ported  # at module level, where it runs
+    assert _run(ported)["scaler"].get_scale() == 2.0**16
