@@ -91,6 +91,10 @@ def _train(ported: str) -> tuple[int, np.ndarray]:
 # -- shapes the move must leave to the user -----------------------------------------------------
 
 LEFT_ALONE = {
+    "optimizer handed in": (
+        ("def create_optimizer(loss):", "def create_optimizer(loss, optimizer):"),
+        "the optimizer `optimizer` comes from outside the function",
+    ),
     "advances by 2": (("global_step + 1", "global_step + 2"), "neither `global_step + 1`"),
     "assign_add by 2": (
         (UPDATE, "    train_op = tf.group(train_op, [tf.assign_add(global_step, 2)])\n"),
@@ -138,6 +142,8 @@ LEFT_ALONE = {
 def test_unsafe_shapes_keep_the_hand_made_update(case: str) -> None:
     replacement, reason = LEFT_ALONE[case]
     extra = [NOT_PASSED] if case == "Keras optimizer" else []
+    if case == "optimizer handed in":
+        extra.append(("    optimizer = Opt(0.1)\n", ""))
     source = _variant(replacement, *extra)
     if case == "another step passed":
         source = source.replace(
@@ -200,6 +206,16 @@ def test_a_step_bound_on_the_same_line_after_the_call_is_not_passed() -> None:
 # -- shapes the move takes: the ported text, then its training ----------------------------------
 
 MOVED = {
+    "accumulated finiteness flag": (
+        (
+            "    new_global_step = global_step + 1\n",
+            FINITE
+            + "    all_finite = tf.Variable(True, trainable=False)\n"
+            + "    all_finite = all_finite.assign(tf.logical_and(all_finite, finite))\n"
+            + "    new_global_step = tf.cond("
+            "all_finite, lambda: global_step + 1, lambda: global_step)\n",
+        ),
+    ),
     "as written": (),
     "assign_add by 1": (
         (UPDATE, "    train_op = tf.group(train_op, [tf.assign_add(global_step, 1)])\n"),
