@@ -173,3 +173,24 @@ def test_a_use_above_the_imports_gets_the_library_import_after_the_providing_one
     )
     assert "\nimport torch\nimport npu_lossscale.torch\nimport torch.nn\n" in ported
     assert _run(ported)["scaler"].get_scale() == 2.0**16
+
+
+GUARDED = (
+    "import random\n\nimport torch\n\nscaler = torch.cuda.amp.GradScaler()\n\n\n"
+    "def step():\n    if {test}:\n        raise RuntimeError('stop')\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("test", "floor"),
+    [
+        ("scaler.get_scale() < 1e-4", True),  # fairseq's "minimum loss scale reached"
+        ("float(scaler.get_scale()) <= 0.5", True),
+        ("random.random() < 0.5", False),  # another zero-argument call: not the scale
+        ("scaler.get_scale() <= 0", False),  # never true at a floor of 1: nothing to keep
+    ],
+)
+def test_only_a_scale_compared_with_a_number_in_0_1_keeps_torchs_rule(test: str, floor: bool):
+    ported, findings = _port(GUARDED.format(test=test))
+    assert ("min_loss_scale=0" in ported) is floor
+    assert bool(_messages(findings, "warning", "torch-scale-below-one")) is floor
