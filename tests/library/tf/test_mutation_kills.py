@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from npu_lossscale import ExponentialUpdateLossScaleManager, NPULossScaleOptimizer
+from npu_lossscale import (
+    ExponentialUpdateLossScaleManager,
+    NPULossScaleOptimizer,
+)
 from npu_lossscale.tf.distributed import NoDistributedEngineError, detect_engine
 
 
@@ -141,3 +144,40 @@ def test_compute_gradients_refuses_keras_3_variables_before_touching_them() -> N
     with pytest.raises(TypeError, match="Keras 3 variable.*npu_lossscale.keras.LossScaleOpt"):
         optimizer.compute_gradients(lambda: tf.reduce_sum(variable * variable), [variable])
     np.testing.assert_array_equal(variable.numpy(), [1.0, -2.0])
+
+
+def test_a_bad_reducer_is_refused_when_the_optimizer_is_built() -> None:
+    with tf.Graph().as_default():
+        inner = tf.compat.v1.train.GradientDescentOptimizer(0.5)
+        with pytest.raises(ValueError, match="reducer must be"):
+            NPULossScaleOptimizer(
+                inner, ExponentialUpdateLossScaleManager(256, 2), True, reducer="mpi"
+            )
+
+
+class _Decided:
+    """An explicit reducer whose sum is known while the graph is built (a constant)."""
+
+    def __init__(self, total: float) -> None:
+        self.total = total
+
+    def all_reduce_sum(self, tensor: tf.Tensor) -> tf.Tensor:
+        return tf.constant(self.total)
+
+
+@pytest.mark.parametrize(("total", "weights"), [(0.0, [0.5, -1.0]), (1.0, [1.0, -2.0])])
+def test_a_decision_known_while_building_is_applied_as_decided(total, weights) -> None:
+    """A constant agreed status takes the static path: 0 applies the step, 1 skips it."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+        manager = ExponentialUpdateLossScaleManager(256, 2, overflow_mode="inf_nan")
+        optimizer = NPULossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.5), manager, True, reducer=_Decided(total)
+        )
+        train_op = optimizer.minimize(0.5 * tf.reduce_sum(w * w))
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op)
+            np.testing.assert_array_equal(session.run(w), weights)
+            assert session.run(manager.skipped_steps) == int(total)
