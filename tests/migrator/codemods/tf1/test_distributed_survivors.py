@@ -159,3 +159,29 @@ def test_an_optimizer_built_in_an_if_test_is_not_in_its_branch() -> None:
     flag = next((ast.unparse(k.value) for k in call.keywords if k.arg == "is_distributed"), None)
     assert _value(flag, 4)
     assert not _value(flag, 1)
+
+
+def test_a_single_worker_conjunction_leaves_the_default() -> None:
+    """In `if use_hvd and hvd.size() == 1:` the optimizer runs on one worker only."""
+    flags = _flags(
+        HEADER + "def build(opt, manager, use_hvd):\n"
+        "    if use_hvd and hvd.size() == 1:\n"
+        f"        single = {LSO}(opt, manager)\n"
+        "    return single\n"
+    )
+    assert flags == {"single": None}
+
+
+def test_another_modules_size_is_not_the_world_size() -> None:
+    """`queue_utils.size()` is not Horovod's: the Horovod run decides by its own world size."""
+    flags = _flags(
+        "import horovod.tensorflow as hvd\nimport queue_utils\nimport tensorflow as tf\n\n"
+        "hvd.init()\n\n\ndef build(opt, manager):\n"
+        "    if queue_utils.size() > 1:\n"
+        f"        big = {LSO}(opt, manager)\n"
+        "    else:\n"
+        f"        small = {LSO}(opt, manager)\n"
+        "    return big, small\n"
+    )
+    for name in ("big", "small"):
+        assert _value(flags[name], 4) and not _value(flags[name], 1), flags
