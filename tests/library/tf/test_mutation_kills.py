@@ -4,7 +4,9 @@ Horovod is not installed here (it builds against one TensorFlow and CPU-only whe
 exist), so the Horovod scenarios register a stand-in ``horovod.tensorflow`` module with the four
 names the library uses (``is_initialized``, ``size``, ``allreduce``, ``Sum``): its "all-reduce"
 adds a second worker's overflow flag, fed by the test, to this worker's — what a two-process
-``hvd.allreduce(op=hvd.Sum)`` returns. TensorFlow itself is real throughout.
+``hvd.allreduce(op=hvd.Sum)`` returns. The HCCL case does the same with a stand-in for the
+Ascend adapter's ``hccl_ops`` (installed on Ascend hosts only). TensorFlow itself is real
+throughout.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from npu_lossscale import (
     ExponentialUpdateLossScaleManager,
     NPULossScaleOptimizer,
 )
-from npu_lossscale.tf.distributed import NoDistributedEngineError, detect_engine
+from npu_lossscale.tf.distributed import HcclReducer, NoDistributedEngineError, detect_engine
 
 
 def _horovod(monkeypatch: pytest.MonkeyPatch, *, initialised: bool, size: int = 2, old=False):
@@ -181,3 +183,38 @@ def test_a_decision_known_while_building_is_applied_as_decided(total, weights) -
             session.run(train_op)
             np.testing.assert_array_equal(session.run(w), weights)
             assert session.run(manager.skipped_steps) == int(total)
+
+
+class _HcclOps:
+    """Stand-in for npu_bridge.hccl.hccl_ops (Ascend only): allreduce adds the other rank's flag."""
+
+    def __init__(self) -> None:
+        self.peer = tf.compat.v1.placeholder(tf.float32, [], name="peer_overflow")
+
+    def allreduce(self, tensor: tf.Tensor, reduction: str, fusion: int = 1) -> tf.Tensor:
+        assert (reduction, fusion) == ("sum", 0)
+        return tensor + self.peer
+
+
+@pytest.mark.parametrize("ranks", [2, None], ids=["two-ranks", "rank-count-unknown"])
+def test_hccl_sums_the_flag_over_the_ranks(ranks: int | None) -> None:
+    """With two ranks (or when the adapter cannot say how many) the other rank's overflow
+    skips this rank's clean step."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+        ops = _HcclOps()
+        manager = ExponentialUpdateLossScaleManager(256, 2, overflow_mode="inf_nan")
+        optimizer = NPULossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.5),
+            manager,
+            True,
+            reducer=HcclReducer(ops, ranks),
+        )
+        train_op = optimizer.minimize(0.5 * tf.reduce_sum(w * w))
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op, {ops.peer: 1.0})
+            np.testing.assert_array_equal(session.run(w), [1.0, -2.0])
+            session.run(train_op, {ops.peer: 0.0})
+            np.testing.assert_array_equal(session.run(w), [0.5, -1.0])
