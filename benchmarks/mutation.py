@@ -59,7 +59,7 @@ AREAS: dict[str, tuple[list[str], list[str]]] = {
             "tests/library/tf/test_optimizer.py",
             "tests/library/tf/test_gating.py",
             "tests/library/tf/test_checkpoint_eager.py",
-            "tests/library/tf/test_mutation_kills.py",
+            "tests/library/tf/test_tf_mutation_kills.py",
         ],
     ),
     "tf/distributed": (
@@ -67,7 +67,7 @@ AREAS: dict[str, tuple[list[str], list[str]]] = {
         [
             "tests/library/tf/test_distributed.py",
             "tests/library/tf/test_multiworker.py",
-            "tests/library/tf/test_mutation_kills.py",
+            "tests/library/tf/test_tf_mutation_kills.py",
         ],
     ),
     "keras": (["npu_lossscale/keras/optimizer*.py"], ["tests/library/keras"]),
@@ -76,7 +76,7 @@ AREAS: dict[str, tuple[list[str], list[str]]] = {
         [
             "tests/library/torch/test_torch.py",
             "tests/library/torch/test_torch_distributed.py",
-            "tests/library/torch/test_mutation_kills.py",
+            "tests/library/torch/test_torch_mutation_kills.py",
         ],
     ),
     "codemods/torch": (["migrator/codemods/torch/*.py"], ["tests/migrator/codemods/torch"]),
