@@ -246,9 +246,12 @@ def test_moved_updates_advance_once_per_applied_step(case: str) -> None:
     note = next(
         i for i, line in enumerate(lines) if "# npu-migrate: global_step now advances" in line
     )
-    assert lines[note].endswith("(skipped on overflow). Original update:"), lines[note]
+    # The note may be wrapped over several comment lines; it ends where the update begins.
+    end = next(i for i in range(note, len(lines)) if lines[i].endswith("Original update:"))
+    text = " ".join(line.strip().lstrip("#").strip() for line in lines[note : end + 1])
+    assert text.endswith("(skipped on overflow). Original update:"), text
     kept = [line for line in source.splitlines() if "global_step" in line and "= tf.group" in line]
-    assert kept and f"    # {kept[0].strip()}" in lines[note + 1 : note + 4]
+    assert kept and f"    # {kept[0].strip()}" in lines[end + 1 : end + 4]
     if case == "positional step parameter":
         assert "        if step is not None:" in lines
         assert "            updates.extend([step.assign(new_global_step)])" in lines
