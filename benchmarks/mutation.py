@@ -45,7 +45,10 @@ EQUIVALENT = Path(__file__).resolve().parent / "mutation_equivalent.tsv"
 
 # area -> (modules mutated, globs relative to the checkout; tests that cover them)
 AREAS: dict[str, tuple[list[str], list[str]]] = {
-    "rule": (["npu_lossscale/rule.py"], ["tests/library/test_rule_trace.py"]),
+    "rule": (
+        ["npu_lossscale/rule.py"],
+        ["tests/library/test_rule_trace.py", "tests/library/test_rule_survivors.py"],
+    ),
     "tf/managers": (
         ["npu_lossscale/tf/managers.py"],
         ["tests/library/tf/test_managers.py", "tests/library/keras/test_keras_managers.py"],
@@ -56,16 +59,25 @@ AREAS: dict[str, tuple[list[str], list[str]]] = {
             "tests/library/tf/test_optimizer.py",
             "tests/library/tf/test_gating.py",
             "tests/library/tf/test_checkpoint_eager.py",
+            "tests/library/tf/test_tf_mutation_kills.py",
         ],
     ),
     "tf/distributed": (
         ["npu_lossscale/tf/distributed.py"],
-        ["tests/library/tf/test_distributed.py", "tests/library/tf/test_multiworker.py"],
+        [
+            "tests/library/tf/test_distributed.py",
+            "tests/library/tf/test_multiworker.py",
+            "tests/library/tf/test_tf_mutation_kills.py",
+        ],
     ),
     "keras": (["npu_lossscale/keras/optimizer*.py"], ["tests/library/keras"]),
     "torch": (
         ["npu_lossscale/torch/scaler*.py", "npu_lossscale/torch/decision*.py"],
-        ["tests/library/torch/test_torch.py", "tests/library/torch/test_torch_distributed.py"],
+        [
+            "tests/library/torch/test_torch.py",
+            "tests/library/torch/test_torch_distributed.py",
+            "tests/library/torch/test_torch_mutation_kills.py",
+        ],
     ),
     "codemods/torch": (["migrator/codemods/torch/*.py"], ["tests/migrator/codemods/torch"]),
     "codemods/global_step": (

@@ -1,0 +1,87 @@
+"""The framework-free rule's edges the mutation run (benchmarks/mutation.py, issue 30) found
+unpinned; expected scales are worked out by hand from DESIGN.md's update rule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from npu_lossscale.rule import DynamicRule, RuleState, check_bool, to_float32
+
+
+def test_a_floor_equal_to_the_ceiling_pins_the_scale() -> None:
+    init, rule = DynamicRule.validated(8, 1, 1, 2, 0.5, min_loss_scale=8, max_loss_scale=8)
+    state = RuleState(init)
+    for finite in (True, False, True, True, False):
+        state = rule.step(state, finite)
+        assert state.scale == 8.0
+    assert state.skipped == 2
+
+
+def test_a_floor_above_the_ceiling_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"min_loss_scale \(16\) must not exceed max_loss_scale"):
+        DynamicRule.validated(16, 1, 1, 2, 0.5, min_loss_scale=16, max_loss_scale=8)
+
+
+def test_a_growth_past_float32_keeps_the_scale() -> None:
+    """2**127 * 2 does not fit in float32 (it rounds to inf there): the scale stays."""
+    init, rule = DynamicRule.validated(2.0**127, 1, 1, 2, 0.5)
+    assert rule.step(RuleState(init), True).scale == 2.0**127
+    assert to_float32(2.0**128) == math.inf
+    assert to_float32(-(2.0**128)) == -math.inf
+
+
+def test_a_scale_below_one_is_refused_with_the_floor_to_pass() -> None:
+    """Where the front-end allows scales below 1 (torch's), an init below the default floor of 1
+    is refused with the way out; an init below a floor already under 1 gets no such hint."""
+    with pytest.raises(ValueError, match="a scale below 1 needs a floor below 1 too"):
+        DynamicRule.validated(0.5, 1, 1, 2, 0.5, lowest=0.0)
+    with pytest.raises(ValueError, match=r"must not be below min_loss_scale \(0.5\)$"):
+        DynamicRule.validated(0.25, 1, 1, 2, 0.5, min_loss_scale=0.5, lowest=0.0)
+
+
+@pytest.mark.parametrize("flag", [np.bool_(True), np.bool_(False), 1, 0, True])
+def test_numpy_booleans_and_0_1_are_flags(flag: object) -> None:
+    assert check_bool("dynamic", flag) is bool(flag)
+
+
+@pytest.mark.parametrize("flag", [2, "yes", None, 1.0])
+def test_anything_else_is_not_a_flag(flag: object) -> None:
+    with pytest.raises(ValueError, match="dynamic must be True or False"):
+        check_bool("dynamic", flag)
+
+
+@pytest.mark.parametrize(
+    ("floor", "advice"),
+    [(2.0, "The floor may be too high"), (1.0, "The loss is not scaled up at this floor")],
+)
+def test_the_stuck_message_advises_by_the_floor(floor: float, advice: str) -> None:
+    _, rule = DynamicRule.validated(
+        8, 1, 1, 2, 0.5, min_loss_scale=floor, max_skipped_steps_at_floor=3
+    )
+    assert advice in rule.stuck_message("saturation")
+
+
+def test_the_stuck_guard_fires_at_a_limit_past_small_integers() -> None:
+    """300 skips in a row at the floor with max_skipped_steps_at_floor=300: stuck, not before."""
+    init, rule = DynamicRule.validated(1, 1, 1, 2, 0.5, max_skipped_steps_at_floor=300)
+    state = RuleState(init)
+    for _ in range(299):
+        state = rule.step(state, False)
+    assert not rule.is_stuck(state)
+    state = rule.step(state, False)
+    assert state.skips_at_floor == 300 and rule.is_stuck(state)
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [("incr_ratio", 1 + 1e-9), ("incr_ratio", 1.0), ("decr_ratio", 1 - 1e-10), ("decr_ratio", 1.0)],
+)
+def test_a_ratio_that_is_1_in_float32_is_refused(keyword: str, value: float) -> None:
+    """The devices multiply in float32, where these ratios are exactly 1: the scale would never
+    move. Refused even where the Python float itself is inside the interval."""
+    ratios = {"incr_ratio": 2.0, "decr_ratio": 0.5, keyword: value}
+    with pytest.raises(ValueError, match=f"{keyword} must be a finite number in"):
+        DynamicRule.validated(8, 1, 1, ratios["incr_ratio"], ratios["decr_ratio"])

@@ -1,0 +1,220 @@
+"""TF1 front-end behaviour that the mutation run (benchmarks/mutation.py, issue 30) found unpinned.
+
+Horovod is not installed here (it builds against one TensorFlow and CPU-only wheels do not
+exist), so the Horovod scenarios register a stand-in ``horovod.tensorflow`` module with the four
+names the library uses (``is_initialized``, ``size``, ``allreduce``, ``Sum``): its "all-reduce"
+adds a second worker's overflow flag, fed by the test, to this worker's — what a two-process
+``hvd.allreduce(op=hvd.Sum)`` returns. The HCCL case does the same with a stand-in for the
+Ascend adapter's ``hccl_ops`` (installed on Ascend hosts only). TensorFlow itself is real
+throughout.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from npu_lossscale import (
+    ExponentialUpdateLossScaleManager,
+    NPULossScaleOptimizer,
+)
+from npu_lossscale.tf.distributed import HcclReducer, NoDistributedEngineError, detect_engine
+
+
+def _horovod(monkeypatch: pytest.MonkeyPatch, *, initialised: bool, size: int = 2, old=False):
+    """Register a two-worker Horovod whose other worker's overflow flag is a placeholder."""
+    hvd = types.ModuleType("horovod.tensorflow")
+    hvd.Sum = "Sum"
+    hvd.peer = None
+
+    def _size() -> int:
+        if not initialised:
+            raise ValueError("Horovod has not been initialized; use hvd.init().")
+        return size
+
+    def allreduce(tensor: tf.Tensor, op: object = None, name: str | None = None) -> tf.Tensor:
+        assert op == hvd.Sum
+        hvd.peer = tf.compat.v1.placeholder(tf.float32, [], name="peer_overflow")
+        return tensor + hvd.peer
+
+    hvd.size = _size
+    hvd.allreduce = allreduce
+    if not old:  # Horovod >= 0.21 has is_initialized(); older ones only raise from size()
+        hvd.is_initialized = lambda: initialised
+    monkeypatch.setitem(sys.modules, "horovod.tensorflow", hvd)
+    return hvd
+
+
+def _one_step(is_distributed: bool, feed_peer: float | None, hvd=None, poison: float = 1.0):
+    """One SGD step of 0.5 * |w|^2 from w = [1, -2] at scale 256; (weights, scale, skipped)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        weights = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+        manager = ExponentialUpdateLossScaleManager(
+            256, 2, decr_every_n_nan_or_inf=1, decr_ratio=0.5, overflow_mode="inf_nan"
+        )
+        optimizer = NPULossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.5), manager, is_distributed
+        )
+        train_op = optimizer.minimize(0.5 * tf.reduce_sum(weights * weights) * poison)
+        feeds = {} if feed_peer is None else {hvd.peer: feed_peer}
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op, feeds)
+            return session.run([weights, manager.get_loss_scale(), manager.skipped_steps])
+
+
+def test_under_horovod_a_peer_overflow_skips_the_clean_local_step(monkeypatch) -> None:
+    hvd = _horovod(monkeypatch, initialised=True)
+    assert detect_engine() == "horovod"
+    weights, scale, skipped = _one_step(True, 1.0, hvd)
+    np.testing.assert_array_equal(weights, [1.0, -2.0])
+    assert (scale, skipped) == (128.0, 1)
+    weights, scale, skipped = _one_step(True, 0.0, hvd)  # nobody overflowed: w - 0.5 * w
+    np.testing.assert_array_equal(weights, [0.5, -1.0])
+    assert (scale, skipped) == (256.0, 0)
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["is_initialized", "size-raises"])
+def test_horovod_imported_but_not_initialised_is_no_engine(monkeypatch, old: bool) -> None:
+    _horovod(monkeypatch, initialised=False, old=old)
+    assert detect_engine() is None
+    with pytest.raises(NoDistributedEngineError, match="no distributed engine"):
+        _one_step(True, None)
+    # One worker without Horovod: is_distributed=False trains as usual.
+    weights, _, _ = _one_step(False, None)
+    np.testing.assert_array_equal(weights, [0.5, -1.0])
+
+
+def test_a_strategy_replica_context_wins_over_an_initialised_horovod(monkeypatch) -> None:
+    """Inside strategy.run the strategy's own collectives decide: Horovod's flag is never read."""
+    _horovod(monkeypatch, initialised=True)
+    graph = tf.Graph()
+    with graph.as_default():
+        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+        with strategy.scope():
+            weights = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+            manager = ExponentialUpdateLossScaleManager(256, 2, overflow_mode="inf_nan")
+            optimizer = NPULossScaleOptimizer(
+                tf.compat.v1.train.GradientDescentOptimizer(0.5), manager, is_distributed=True
+            )
+            engines = []
+
+            def replica_fn() -> tf.Operation:
+                engines.append(detect_engine())
+                return optimizer.minimize(0.5 * tf.reduce_sum(weights * weights))
+
+            train_op = strategy.group(strategy.extended.call_for_each_replica(replica_fn))
+        assert engines == ["tf.distribute"]
+        peer = sys.modules["horovod.tensorflow"].peer
+        assert peer is None  # no Horovod all-reduce in the graph
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op)
+            np.testing.assert_array_equal(session.run(weights), [0.5, -1.0])
+
+
+@pytest.mark.parametrize("flag", [2, -1, 0.0, 1.0])
+def test_is_distributed_other_than_a_bool_or_0_1_is_refused(flag: object) -> None:
+    with tf.Graph().as_default():
+        manager = ExponentialUpdateLossScaleManager(256, 2)
+        inner = tf.compat.v1.train.GradientDescentOptimizer(0.5)
+        with pytest.raises(ValueError, match="is_distributed must be True or False"):
+            NPULossScaleOptimizer(inner, manager, flag)
+
+
+@pytest.mark.parametrize("flag", [0, np.bool_(False)])
+def test_is_distributed_0_or_a_numpy_false_trains_alone(flag: object) -> None:
+    weights, scale, skipped = _one_step(flag, None)
+    np.testing.assert_array_equal(weights, [0.5, -1.0])
+    assert (scale, skipped) == (256.0, 0)
+
+
+@pytest.mark.skipif(not hasattr(tf.keras, "Variable"), reason="Keras 3 only")
+def test_compute_gradients_refuses_keras_3_variables_before_touching_them() -> None:
+    import keras
+
+    variable = keras.Variable([1.0, -2.0])
+    optimizer = NPULossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.5),
+        ExponentialUpdateLossScaleManager(256, 2),
+    )
+    with pytest.raises(TypeError, match="Keras 3 variable.*npu_lossscale.keras.LossScaleOpt"):
+        optimizer.compute_gradients(lambda: tf.reduce_sum(variable * variable), [variable])
+    np.testing.assert_array_equal(variable.numpy(), [1.0, -2.0])
+
+
+def test_a_bad_reducer_is_refused_when_the_optimizer_is_built() -> None:
+    with tf.Graph().as_default():
+        inner = tf.compat.v1.train.GradientDescentOptimizer(0.5)
+        with pytest.raises(ValueError, match="reducer must be"):
+            NPULossScaleOptimizer(
+                inner, ExponentialUpdateLossScaleManager(256, 2), True, reducer="mpi"
+            )
+
+
+class _Decided:
+    """An explicit reducer whose sum is known while the graph is built (a constant)."""
+
+    def __init__(self, total: float) -> None:
+        self.total = total
+
+    def all_reduce_sum(self, tensor: tf.Tensor) -> tf.Tensor:
+        return tf.constant(self.total)
+
+
+@pytest.mark.parametrize(("total", "weights"), [(0.0, [0.5, -1.0]), (1.0, [1.0, -2.0])])
+def test_a_decision_known_while_building_is_applied_as_decided(total, weights) -> None:
+    """A constant agreed status takes the static path: 0 applies the step, 1 skips it."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+        manager = ExponentialUpdateLossScaleManager(256, 2, overflow_mode="inf_nan")
+        optimizer = NPULossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.5), manager, True, reducer=_Decided(total)
+        )
+        train_op = optimizer.minimize(0.5 * tf.reduce_sum(w * w))
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op)
+            np.testing.assert_array_equal(session.run(w), weights)
+            assert session.run(manager.skipped_steps) == int(total)
+
+
+class _HcclOps:
+    """Stand-in for npu_bridge.hccl.hccl_ops (Ascend only): allreduce adds the other rank's flag."""
+
+    def __init__(self) -> None:
+        self.peer = tf.compat.v1.placeholder(tf.float32, [], name="peer_overflow")
+
+    def allreduce(self, tensor: tf.Tensor, reduction: str, fusion: int = 1) -> tf.Tensor:
+        assert (reduction, fusion) == ("sum", 0)
+        return tensor + self.peer
+
+
+@pytest.mark.parametrize("ranks", [2, None], ids=["two-ranks", "rank-count-unknown"])
+def test_hccl_sums_the_flag_over_the_ranks(ranks: int | None) -> None:
+    """With two ranks (or when the adapter cannot say how many) the other rank's overflow
+    skips this rank's clean step."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+        ops = _HcclOps()
+        manager = ExponentialUpdateLossScaleManager(256, 2, overflow_mode="inf_nan")
+        optimizer = NPULossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.5),
+            manager,
+            True,
+            reducer=HcclReducer(ops, ranks),
+        )
+        train_op = optimizer.minimize(0.5 * tf.reduce_sum(w * w))
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op, {ops.peer: 1.0})
+            np.testing.assert_array_equal(session.run(w), [1.0, -2.0])
+            session.run(train_op, {ops.peer: 0.0})
+            np.testing.assert_array_equal(session.run(w), [0.5, -1.0])

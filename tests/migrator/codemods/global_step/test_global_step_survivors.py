@@ -1,0 +1,293 @@
+"""The global-step move's edges the mutation run (benchmarks/mutation.py, issue 30) found unpinned.
+
+Each case is one small change to a BERT-shaped script (`SCRIPT`: a custom tf.train optimizer whose
+apply_gradients returns `tf.group(*updates)`, wrapped in contrib's loss-scale optimizer, and the
+step advanced by hand after it). Shapes the move must leave alone are checked on the ported text
+(the update kept, no increment added, the reason reported); shapes it moves are also trained
+under TensorFlow with npu_lossscale: over a clean, an overflowed and a clean step the step must
+reach 2 and the weights move twice (SGD at 0.1 on 0.5*|w|^2: w * 0.9**2), as the hand-written
+update would have on a GPU run that skipped the overflowed step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from migrator.pipeline.transform import migrate_source
+
+SCRIPT = """import tensorflow.compat.v1 as tf
+
+
+class Opt(tf.train.Optimizer):
+    def __init__(self, lr):
+        super().__init__(False, "Opt")
+        self.lr = lr
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        updates = [v.assign_sub(self.lr * g) for g, v in grads_and_vars]
+        return tf.group(*updates, name=name)
+
+
+def create_optimizer(loss):
+    global_step = tf.train.get_or_create_global_step()
+    optimizer = Opt(0.1)
+    manager = tf.contrib.mixed_precision.FixedLossScaleManager(8)
+    optimizer = tf.contrib.mixed_precision.LossScaleOptimizer(optimizer, manager)
+    grads_and_vars = optimizer.compute_gradients(loss)
+    train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+    new_global_step = global_step + 1
+    train_op = tf.group(train_op, [global_step.assign(new_global_step)])
+    return train_op
+"""
+UPDATE = """    new_global_step = global_step + 1
+    train_op = tf.group(train_op, [global_step.assign(new_global_step)])
+"""
+FINITE = "    finite = tf.reduce_all([tf.reduce_all(tf.is_finite(g)) for g, _ in grads_and_vars])\n"
+NOT_PASSED = (
+    "apply_gradients(grads_and_vars, global_step=global_step)",
+    "apply_gradients(grads_and_vars)",
+)
+
+
+def _variant(*replacements: tuple[str, str]) -> str:
+    text = SCRIPT
+    for old, new in replacements:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+def _port(source: str) -> tuple[str, list]:
+    result = migrate_source(source.encode(), path="train.py")
+    return result.new_source.decode(), result.findings
+
+
+def _rules(findings: list, kind: str) -> list[str]:
+    return [f"{f.rule}: {f.message}" for f in findings if f.kind == kind]
+
+
+def _train(ported: str) -> tuple[int, np.ndarray]:
+    """Run the ported create_optimizer for a clean, an overflowed and a clean step."""
+    import tensorflow as tf
+
+    namespace: dict = {}
+    exec(compile(ported, "train.py", "exec"), namespace)
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0])
+        poison = tf.compat.v1.placeholder(tf.float32, [])
+        train_op = namespace["create_optimizer"](0.5 * tf.reduce_sum(w * w) * poison)
+        step = tf.compat.v1.train.get_global_step()
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for value in (1.0, math.inf, 1.0):
+                session.run(train_op, {poison: value})
+            return int(session.run(step)), session.run(w)
+
+
+# -- shapes the move must leave to the user -----------------------------------------------------
+
+LEFT_ALONE = {
+    "optimizer handed in": (
+        ("def create_optimizer(loss):", "def create_optimizer(loss, optimizer):"),
+        "the optimizer `optimizer` comes from outside the function",
+    ),
+    "advances by 2": (("global_step + 1", "global_step + 2"), "neither `global_step + 1`"),
+    "assign_add by 2": (
+        (UPDATE, "    train_op = tf.group(train_op, [tf.assign_add(global_step, 2)])\n"),
+        "advances the step by something other than 1",
+    ),
+    "tf.cond advancing on both branches": (
+        (
+            "    new_global_step = global_step + 1\n",
+            FINITE + "    new_global_step = tf.cond(finite, lambda: global_step + 1, "
+            "lambda: global_step + 1)\n",
+        ),
+        "neither `global_step + 1`",
+    ),
+    "class already advancing": (
+        (
+            "        return tf.group(*updates, name=name)",
+            "        updates.append(global_step.assign_add(1))\n"
+            "        return tf.group(*updates, name=name)",
+        ),
+        "already advances global_step in apply_gradients",
+    ),
+    "tf.train optimizer given the step": (
+        ("optimizer = Opt(0.1)", "optimizer = tf.train.GradientDescentOptimizer(0.1)"),
+        "would advance twice",
+    ),
+    "another step passed": (
+        ("global_step=global_step)", "global_step=other_step)"),
+        "receives `other_step` as global_step",
+    ),
+    "new step read elsewhere": (
+        (
+            "    return train_op",
+            "    tf.summary.scalar('step', new_global_step)\n    return train_op",
+        ),
+        "`new_global_step` is also used outside the step update",
+    ),
+    "Keras optimizer": (
+        ("optimizer = Opt(0.1)", "optimizer = tf.keras.optimizers.Optimizer(0.1)"),
+        "cannot tell where `tf.keras.optimizers.Optimizer` is defined",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LEFT_ALONE))
+def test_unsafe_shapes_keep_the_hand_made_update(case: str) -> None:
+    replacement, reason = LEFT_ALONE[case]
+    extra = [NOT_PASSED] if case == "Keras optimizer" else []
+    if case == "optimizer handed in":
+        extra.append(("    optimizer = Opt(0.1)\n", ""))
+    source = _variant(replacement, *extra)
+    if case == "another step passed":
+        source = source.replace(
+            "    optimizer = Opt(0.1)\n",
+            "    optimizer = Opt(0.1)\n    other_step = tf.Variable(0)\n",
+        )
+    ported, findings = _port(source)
+    warnings = _rules(findings, "warning")
+    assert any(w.startswith("global-step-manual") and reason in w for w in warnings), warnings
+    assert not any(r.startswith("global-step") for r in _rules(findings, "change"))
+    # The script's own update still runs, and no increment went into an apply_gradients.
+    original_update = [line for line in source.splitlines() if "global_step" in line]
+    ported_lines = ported.splitlines()
+    for line in original_update:
+        if "contrib" not in line:
+            assert line in ported_lines, line
+    assert "npu-migrate: global_step" not in ported
+    assert ported.count("global_step.assign") == source.count("global_step.assign")
+
+
+def test_a_keras_subclass_gets_no_global_step_keyword() -> None:
+    """Keras's apply_gradients takes no global_step: passing one would be a TypeError."""
+    source = _variant(
+        (
+            """    def __init__(self, lr):
+        super().__init__(False, "Opt")
+        self.lr = lr
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        updates = [v.assign_sub(self.lr * g) for g, v in grads_and_vars]
+        return tf.group(*updates, name=name)""",
+            "    pass",
+        ),
+        ("(tf.train.Optimizer)", "(tf.keras.optimizers.Optimizer)"),
+        NOT_PASSED,
+    )
+    ported, findings = _port(source)
+    assert "apply_gradients(grads_and_vars)\n" in ported
+    assert "global_step=global_step" not in ported
+    assert any("global-step-manual" in w for w in _rules(findings, "warning"))
+
+
+def test_a_step_bound_on_the_same_line_after_the_call_is_not_passed() -> None:
+    """`train_op = opt.apply_gradients(gv); global_step = ...`: the name is bound only after the
+    call runs, so adding `global_step=global_step` there would raise UnboundLocalError."""
+    source = _variant(
+        ("    global_step = tf.train.get_or_create_global_step()\n", ""),
+        (
+            "train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)",
+            "train_op = optimizer.apply_gradients(grads_and_vars); "
+            "global_step = tf.train.get_or_create_global_step()",
+        ),
+    )
+    ported, findings = _port(source)
+    assert "global_step=global_step" not in ported
+    warnings = _rules(findings, "warning")
+    assert any("is assigned only after `apply_gradients`" in w for w in warnings), warnings
+
+
+# -- shapes the move takes: the ported text, then its training ----------------------------------
+
+MOVED = {
+    "accumulated finiteness flag": (
+        (
+            "    new_global_step = global_step + 1\n",
+            FINITE
+            + "    all_finite = tf.Variable(True, trainable=False)\n"
+            + "    all_finite = all_finite.assign(tf.logical_and(all_finite, finite))\n"
+            + "    new_global_step = tf.cond("
+            "all_finite, lambda: global_step + 1, lambda: global_step)\n",
+        ),
+    ),
+    "as written": (),
+    "assign_add by 1": (
+        (UPDATE, "    train_op = tf.group(train_op, [tf.assign_add(global_step, 1)])\n"),
+    ),
+    "tf.cond on finiteness": (
+        (
+            "    new_global_step = global_step + 1\n",
+            FINITE + "    new_global_step = tf.cond("
+            "finite, lambda: global_step + 1, lambda: global_step)\n",
+        ),
+    ),
+    "positional step parameter": (("global_step=None, name=None", "step=None, name=None"),),
+    "step not passed": (NOT_PASSED,),
+    "tf.train optimizer not given the step": (
+        ("optimizer = Opt(0.1)", "optimizer = tf.train.GradientDescentOptimizer(0.1)"),
+        NOT_PASSED,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MOVED))
+def test_moved_updates_advance_once_per_applied_step(case: str) -> None:
+    source = _variant(*MOVED[case])
+    ported, findings = _port(source)
+    assert not _rules(findings, "warning")
+    # The note, then the original update commented out line by line, in place.
+    lines = ported.splitlines()
+    note = next(
+        i for i, line in enumerate(lines) if "# npu-migrate: global_step now advances" in line
+    )
+    # The note may be wrapped over several comment lines; it ends where the update begins.
+    end = next(i for i in range(note, len(lines)) if lines[i].endswith("Original update:"))
+    text = " ".join(line.strip().lstrip("#").strip() for line in lines[note : end + 1])
+    assert text.endswith("(skipped on overflow). Original update:"), text
+    kept = [line for line in source.splitlines() if "global_step" in line and "= tf.group" in line]
+    assert kept and f"    # {kept[0].strip()}" in lines[end + 1 : end + 4]
+    if case == "positional step parameter":
+        assert "        if step is not None:" in lines
+        assert "            updates.extend([step.assign(new_global_step)])" in lines
+    step, weights = _train(ported)
+    assert step == 2
+    np.testing.assert_allclose(weights, [0.81, -1.62], rtol=1e-6)
+
+
+def test_the_control_a_hand_made_update_left_in_place_counts_the_skipped_step() -> None:
+    """Why the move matters: run unported (contrib spelled by npu_lossscale, the update kept),
+    the step advances on the overflowed step too."""
+    source = (
+        SCRIPT.replace("tf.contrib.mixed_precision.", "npu_lossscale.")
+        .replace(
+            "import tensorflow.compat.v1 as tf\n",
+            "import tensorflow.compat.v1 as tf\nimport npu_lossscale\n",
+        )
+        .replace("LossScaleOptimizer(optimizer", "NPULossScaleOptimizer(optimizer")
+    )
+    step, weights = _train(source)
+    assert step == 3
+    np.testing.assert_allclose(weights, [0.81, -1.62], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("strings", "quote"),
+    [(("'Opt'", '"sgd"'), '"'), (("'Opt'", "'sgd'"), "'"), (('"Opt"', '"sgd"'), '"')],
+    ids=["tie", "single", "double"],
+)
+def test_the_inserted_op_name_follows_the_files_quotes_double_on_a_tie(strings, quote) -> None:
+    first, second = strings
+    source = _variant(
+        (
+            'super().__init__(False, "Opt")',
+            f"super().__init__(False, {first})\n        self.kind = {second}",
+        ),
+    )
+    ported, _ = _port(source)
+    assert f"tf.identity(new_global_step, name={quote}step_update{quote})" in ported

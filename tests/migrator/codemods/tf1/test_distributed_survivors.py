@@ -1,0 +1,187 @@
+"""`is_distributed=` for Horovod scripts: the cases the mutation run (benchmarks/mutation.py,
+issue 30) found unpinned.
+
+Each script is ported, and the `is_distributed=` it gets (absent means False) is evaluated as the
+ported script would evaluate it at run time, for several world sizes and flag settings: it must
+be true exactly on the runs where the script trains on several workers. `hvd` there is a small
+stand-in with `size()`, since only the ported condition is evaluated, not Horovod.
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+
+import pytest
+
+from migrator.pipeline.transform import migrate_source
+
+HEADER = "import horovod.tensorflow as hvd\nimport tensorflow as tf\n\nFLAGS = None\n\n\n"
+LSO = "tf.contrib.mixed_precision.LossScaleOptimizer"
+
+
+def _flags(source: str) -> dict[str, str | None]:
+    """Port ``source``; the is_distributed= text of each NPULossScaleOptimizer, by the name it is
+    assigned to (`return` for a returned one), None where the argument is left out."""
+    ported = migrate_source(source.encode(), path="train.py").new_source.decode()
+    found: dict[str, str | None] = {}
+    for node in ast.walk(ast.parse(ported)):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            key, call = node.targets[0].id, node.value
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Call):
+            key, call = "return", node.value
+        else:
+            continue
+        if getattr(call.func, "id", None) != "NPULossScaleOptimizer":
+            continue
+        keywords = {k.arg: ast.unparse(k.value) for k in call.keywords}
+        found[key] = keywords.get("is_distributed")
+    return found
+
+
+def _value(flag: str | None, workers: int, **flags: bool) -> bool:
+    if flag is None:
+        return False
+    hvd = types.SimpleNamespace(size=lambda: workers)
+    env = {"hvd": hvd, "FLAGS": types.SimpleNamespace(**flags)}
+    return bool(eval(compile(flag, "<is_distributed>", "eval"), env))  # noqa: S307
+
+
+def test_size_at_least_two_is_the_multi_worker_test() -> None:
+    flags = _flags(
+        HEADER + "hvd.init()\n\n\ndef build(opt, manager):\n"
+        "    if hvd.size() >= 2:\n"
+        f"        multi = {LSO}(opt, manager)\n"
+        "    else:\n"
+        f"        single = {LSO}(opt, manager)\n"
+        "    return multi, single\n"
+    )
+    assert flags == {"multi": "hvd.size() >= 2", "single": None}
+
+
+def test_a_chained_size_test_is_not_read_as_its_first_part() -> None:
+    """`1 < hvd.size() < 8` is false on 16 workers too: its else branch is not single-worker."""
+    flags = _flags(
+        HEADER + "hvd.init()\n\n\ndef build(opt, manager):\n"
+        "    if 1 < hvd.size() < 8:\n"
+        f"        small = {LSO}(opt, manager)\n"
+        "    else:\n"
+        f"        other = {LSO}(opt, manager)\n"
+        "    return small, other\n"
+    )
+    for workers in (2, 4):
+        assert _value(flags["small"], workers)
+    assert not _value(flags["other"], 1)
+    assert _value(flags["other"], 16)
+
+
+def test_the_else_of_a_conjunction_is_negated_as_a_whole() -> None:
+    """Horovod wraps in the else of `if FLAGS.local and FLAGS.debug:`: distributed unless both."""
+    flags = _flags(
+        HEADER + "def build(opt, manager):\n"
+        "    if FLAGS.local and FLAGS.debug:\n"
+        "        pass\n"
+        "    else:\n"
+        "        opt = hvd.DistributedOptimizer(opt)\n"
+        f"    return {LSO}(opt, manager)\n"
+    )
+    for local, debug in ((False, False), (True, False), (False, True)):
+        assert _value(flags["return"], 4, local=local, debug=debug)
+    assert not _value(flags["return"], 4, local=True, debug=True)
+
+
+def test_two_different_wrapper_conditions_fall_back_to_the_world_size() -> None:
+    flags = _flags(
+        HEADER + "def build(opt, manager):\n"
+        "    if FLAGS.horovod:\n"
+        "        opt = hvd.DistributedOptimizer(opt)\n"
+        "    if FLAGS.sync:\n"
+        "        opt = hvd.DistributedOptimizer(opt)\n"
+        f"    return {LSO}(opt, manager)\n\n\n"
+        "def main():\n    hvd.init()\n"
+    )
+    for horovod, sync in ((True, False), (False, True), (True, True)):
+        assert _value(flags["return"], 4, horovod=horovod, sync=sync)
+    assert not _value(flags["return"], 1, horovod=True, sync=True)
+
+
+@pytest.mark.parametrize(
+    "inits",
+    [
+        "def main():\n    if FLAGS.horovod:\n        hvd.init()\n\n\n"
+        "def evaluate():\n    hvd.init()\n",
+        "def main():\n    if hvd.init() is None and FLAGS.verbose:\n        print('up')\n",
+    ],
+    ids=["unguarded-beside-guarded", "init-in-the-if-test"],
+)
+def test_an_init_that_always_runs_makes_the_world_size_decide(inits: str) -> None:
+    flags = _flags(
+        HEADER + f"def build(opt, manager):\n    return {LSO}(opt, manager)\n\n\n" + inits
+    )
+    assert _value(flags["return"], 4, horovod=False, verbose=False)
+    assert not _value(flags["return"], 1, horovod=True, verbose=True)
+
+
+def test_a_guard_on_another_functions_local_is_not_copied() -> None:
+    """`use_hvd` exists only in main(): written into build() it would be a NameError."""
+    flags = _flags(
+        HEADER + f"def build(opt, manager):\n    return {LSO}(opt, manager)\n\n\n"
+        "def main():\n    use_hvd = FLAGS.horovod\n    if use_hvd:\n        hvd.init()\n"
+    )
+    assert "use_hvd" not in (flags["return"] or "")
+    assert _value(flags["return"], 4, horovod=True)
+
+
+def test_a_module_flag_guarding_init_goes_first() -> None:
+    """Control for the one above: a module-level flag is the same name in build()."""
+    flags = _flags(
+        HEADER + f"def build(opt, manager):\n    return {LSO}(opt, manager)\n\n\n"
+        "def main():\n    if FLAGS.horovod:\n        hvd.init()\n"
+    )
+    assert flags["return"] == "FLAGS.horovod and hvd.size() > 1"
+    assert not _value(flags["return"], 1, horovod=True)
+    assert _value(flags["return"], 4, horovod=True)
+
+
+def test_an_optimizer_built_in_an_if_test_is_not_in_its_branch() -> None:
+    """The test runs on every world size: `hvd.size() == 1` there does not make it single."""
+    source = (
+        HEADER + "hvd.init()\n\n\ndef build(opt, manager):\n"
+        f"    if describe({LSO}(opt, manager)) and hvd.size() == 1:\n"
+        "        print('one worker')\n"
+    )
+    ported = migrate_source(source.encode(), path="train.py").new_source.decode()
+    call = next(
+        n
+        for n in ast.walk(ast.parse(ported))
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "NPULossScaleOptimizer"
+    )
+    flag = next((ast.unparse(k.value) for k in call.keywords if k.arg == "is_distributed"), None)
+    assert _value(flag, 4)
+    assert not _value(flag, 1)
+
+
+def test_a_single_worker_conjunction_leaves_the_default() -> None:
+    """In `if use_hvd and hvd.size() == 1:` the optimizer runs on one worker only."""
+    flags = _flags(
+        HEADER + "def build(opt, manager, use_hvd):\n"
+        "    if use_hvd and hvd.size() == 1:\n"
+        f"        single = {LSO}(opt, manager)\n"
+        "    return single\n"
+    )
+    assert flags == {"single": None}
+
+
+def test_another_modules_size_is_not_the_world_size() -> None:
+    """`queue_utils.size()` is not Horovod's: the Horovod run decides by its own world size."""
+    flags = _flags(
+        "import horovod.tensorflow as hvd\nimport queue_utils\nimport tensorflow as tf\n\n"
+        "hvd.init()\n\n\ndef build(opt, manager):\n"
+        "    if queue_utils.size() > 1:\n"
+        f"        big = {LSO}(opt, manager)\n"
+        "    else:\n"
+        f"        small = {LSO}(opt, manager)\n"
+        "    return big, small\n"
+    )
+    for name in ("big", "small"):
+        assert _value(flags[name], 4) and not _value(flags[name], 1), flags

@@ -1,0 +1,197 @@
+"""The PyTorch port's edges the mutation run (benchmarks/mutation.py, issue 30) found unpinned.
+
+Each script is ported in-process (the CLI's own per-file function); the ported text is checked
+and, where it builds scalers, run: the ported scalers must construct and hold the scale the
+script asked for (device "auto" is the CPU here).
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from migrator.pipeline.transform import migrate_source
+
+
+def _port(source: str) -> tuple[str, list]:
+    result = migrate_source(source.encode(), path="train.py")
+    return result.new_source.decode(), result.findings
+
+
+def _messages(findings: list, kind: str, rule: str) -> list[str]:
+    return [f.message for f in findings if f.kind == kind and f.rule == rule]
+
+
+def _run(ported: str) -> dict:
+    namespace: dict = {}
+    exec(compile(ported, "train.py", "exec"), namespace)
+    return namespace
+
+
+ISINSTANCE = (
+    "from torch.cuda.amp import GradScaler\n\n"
+    "scaler = GradScaler()\n\n\n"
+    "def is_scaler(obj):\n"
+    "    return isinstance(obj, GradScaler)\n"
+)
+
+
+def test_isinstance_is_not_rewritten_to_torch_where_torch_is_not_imported() -> None:
+    ported, findings = _port(ISINSTANCE)
+    assert "    return isinstance(obj, GradScaler)\n" in ported
+    assert "torch.amp" not in ported
+    assert any("isinstance()" in m for m in _messages(findings, "warning", "torch-grad-scaler"))
+    _run(ported)["is_scaler"](None)  # no NameError: the test still runs
+
+
+def test_isinstance_becomes_the_common_base_where_torch_is_imported() -> None:
+    ported, _ = _port("import torch\n" + ISINSTANCE)
+    assert "    return isinstance(obj, torch.amp.GradScaler)\n" in ported
+    namespace = _run(ported)
+    assert namespace["is_scaler"](namespace["scaler"])
+
+
+@pytest.mark.parametrize("init", ["0.5", "0.75", "0.999", "2 ** -1"])
+def test_an_init_scale_below_one_keeps_torchs_rule_and_says_so(init: str) -> None:
+    ported, findings = _port(
+        f"import torch\n\nscaler = torch.cuda.amp.GradScaler(init_scale={init})\n"
+    )
+    assert f"GradScaler(init_scale={init}, min_loss_scale=0)" in ported
+    assert len(_messages(findings, "warning", "torch-scale-below-one")) == 1
+    expected = eval(init)  # noqa: S307
+    assert _run(ported)["scaler"].get_scale() == pytest.approx(expected, rel=1e-6)
+
+
+def test_an_init_scale_of_one_needs_no_floor_change() -> None:
+    ported, findings = _port("import torch\n\nscaler = torch.cuda.amp.GradScaler(init_scale=1.0)\n")
+    assert "GradScaler(init_scale=1.0)\n" in ported
+    assert not _messages(findings, "warning", "torch-scale-below-one")
+
+
+TWO_SCALERS = 'scaler = torch.amp.GradScaler("cuda")\nother = torch.cuda.amp.GradScaler()\n'
+
+
+def test_the_device_note_comes_once_and_not_where_transfer_to_npu_is_imported() -> None:
+    _, findings = _port("import torch\n\n" + TWO_SCALERS)
+    assert len(_messages(findings, "warning", "torch-device")) == 1
+    _, findings = _port(
+        "import torch\nfrom torch_npu.contrib import transfer_to_npu\n\n" + TWO_SCALERS
+    )
+    assert not _messages(findings, "warning", "torch-device")
+
+
+def test_dropping_the_last_argument_leaves_no_dangling_comma() -> None:
+    ported, _ = _port(
+        'import torch\n\nscaler = torch.amp.GradScaler(init_scale=1024.0, device="cuda")\n'
+    )
+    assert "scaler = npu_lossscale.torch.GradScaler(init_scale=1024.0)\n" in ported
+    assert _run(ported)["scaler"].get_scale() == 1024.0
+
+
+def test_dropping_the_last_imported_name_leaves_a_valid_import() -> None:
+    ported, _ = _port(
+        "import torch\nfrom torch.cuda.amp import autocast, GradScaler\n\n"
+        "scaler = GradScaler()\nwith autocast(enabled=False):\n    pass\n"
+    )
+    ast.parse(ported)
+    assert "from torch.cuda.amp import autocast\n" in ported
+    assert "from npu_lossscale.torch import GradScaler\n" in ported
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nfrom torch_npu.npu.amp.sharded_grad_scaler import ShardedGradScaler\n\n"
+        "scaler = ShardedGradScaler()\nother = torch.cuda.amp.GradScaler()\n",
+        'import torch\n\nscaler = torch.amp.GradScaler("npu:0")\n',
+        'import torch\n\nscaler = torch.amp.GradScaler(device="npu:1")\n',
+    ],
+    ids=["torch-npu-sharded", "npu:0", "device=npu:1"],
+)
+def test_a_script_already_on_the_npu_is_left_byte_identical_with_a_note(source: str) -> None:
+    ported, findings = _port(source)
+    assert ported == source
+    assert len(_messages(findings, "warning", "torch-npu")) == 1
+
+
+def test_a_reference_inside_a_scope_that_rebinds_the_name_gets_the_dotted_name() -> None:
+    """The rewritten `from ... import GradScaler` does not reach build(), whose parameter is
+    also called GradScaler: there the scaler is spelled out in full."""
+    ported, _ = _port(
+        "import torch\nfrom torch.cuda.amp import GradScaler\n\nscaler = GradScaler()\n\n\n"
+        "def build(GradScaler=None):\n    return torch.cuda.amp.GradScaler(init_scale=8.0)\n\n\n"
+        "other = torch.cuda.amp.GradScaler(init_scale=4.0)\n"
+    )
+    assert "    return npu_lossscale.torch.GradScaler(init_scale=8.0)\n" in ported
+    assert "other = GradScaler(init_scale=4.0)\n" in ported
+    namespace = _run(ported)
+    assert namespace["build"]().get_scale() == 8.0
+    assert namespace["other"].get_scale() == 4.0
+
+
+def test_the_report_names_the_positionals_passed_by_name_not_the_dropped_device() -> None:
+    ported, findings = _port('import torch\n\nscaler = torch.amp.GradScaler("cuda", 1024.0)\n')
+    assert "scaler = npu_lossscale.torch.GradScaler(init_scale=1024.0)\n" in ported
+    (change,) = _messages(findings, "change", "torch-grad-scaler")
+    assert change.endswith("positional arguments passed by name (init_scale)"), change
+
+
+def test_the_report_says_when_double_star_arguments_are_passed_on() -> None:
+    source = "import torch\n\ncfg = {}\nscaler = torch.cuda.amp.GradScaler(**cfg)\n"
+    ported, findings = _port(source)
+    assert "scaler = npu_lossscale.torch.GradScaler(**cfg)\n" in ported
+    (change,) = _messages(findings, "change", "torch-grad-scaler")
+    assert "**-arguments passed on as written" in change
+    (plain,) = _messages(_port(source.replace("**cfg", ""))[1], "change", "torch-grad-scaler")
+    assert "**-arguments" not in plain
+
+
+def test_an_import_dropped_between_semicolons_leaves_the_others_valid() -> None:
+    ported, _ = _port(
+        "import os; from torch.cuda.amp import GradScaler; import sys\n\nscaler = GradScaler()\n"
+    )
+    assert ported.startswith("import os; import sys\nfrom npu_lossscale.torch import GradScaler\n")
+    assert _run(ported)["scaler"].get_scale() == 2.0**16
+
+
+def test_the_running_import_is_the_home_of_a_name_also_imported_for_type_checking() -> None:
+    ported, _ = _port(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from torch.cuda import amp\n"
+        "from torch.cuda import amp\n\nscaler = amp.GradScaler()\n"
+    )
+    assert "\nimport npu_lossscale.torch\n" in ported  # at module level, where it runs
+    assert _run(ported)["scaler"].get_scale() == 2.0**16
+
+
+def test_a_use_above_the_imports_gets_the_library_import_after_the_providing_one() -> None:
+    """The first use sits in a function defined above the imports: the new import goes where
+    `import torch`, the import the reference resolves through, is (after it, or in its place
+    where the port drops it), before the file's later torch imports."""
+    ported, _ = _port(
+        "def make():\n    return torch.cuda.amp.GradScaler()\n\n\n"
+        "import torch\nimport torch.nn\n\nscaler = make()\n"
+    )
+    assert "\nimport npu_lossscale.torch\nimport torch.nn\n" in ported
+    assert _run(ported)["scaler"].get_scale() == 2.0**16
+
+
+GUARDED = (
+    "import random\n\nimport torch\n\nscaler = torch.cuda.amp.GradScaler()\n\n\n"
+    "def step():\n    if {test}:\n        raise RuntimeError('stop')\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("test", "floor"),
+    [
+        ("scaler.get_scale() < 1e-4", True),  # fairseq's "minimum loss scale reached"
+        ("float(scaler.get_scale()) <= 0.5", True),
+        ("random.random() < 0.5", False),  # another zero-argument call: not the scale
+        ("scaler.get_scale() <= 0", False),  # never true at a floor of 1: nothing to keep
+    ],
+)
+def test_only_a_scale_compared_with_a_number_in_0_1_keeps_torchs_rule(test: str, floor: bool):
+    ported, findings = _port(GUARDED.format(test=test))
+    assert ("min_loss_scale=0" in ported) is floor
+    assert bool(_messages(findings, "warning", "torch-scale-below-one")) is floor
