@@ -472,9 +472,9 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             refs = self._references(binding)
             if refs and all(id(r) in self._consumed for r in refs):
                 self.plan.removals.setdefault(binding.node, set()).add(binding.index)
-        # a reference rewritten to torch.amp.GradScaler still reads torch
-        still = {id(nodes.root(n)) for n, to in self.plan.refs.items() if to == names.BASE}
-        if self._plain_torch and scan.only_reads_of(original_node, "torch", self._consumed - still):
+        # a reference rewritten to torch.amp.GradScaler reads torch, whatever it read before
+        keep = not self._plain_torch or names.BASE in self.plan.refs.values()
+        if not keep and scan.only_reads_of(original_node, "torch", self._consumed):
             # npu_lossscale.torch imports torch itself, so nothing is lost with the import
             for statement, index in self._plain_torch:
                 self.plan.removals.setdefault(statement, set()).add(index)
