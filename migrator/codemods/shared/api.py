@@ -267,6 +267,16 @@ def wraps_optimizer(name: str) -> bool:
     )
 
 
+def keeps_optimizer_kind(name: str) -> bool:
+    """A call that takes an optimizer first and returns one of the same kind: the wrappers above,
+    and TF's and Horovod's other `...Optimizer` wrappers of a v1 optimizer whose own kind is
+    unknown here (tf.tpu.CrossShardOptimizer)."""
+    module, _, leaf = name.rpartition(".")
+    return wraps_optimizer(name) or (
+        leaf.endswith("Optimizer") and module.startswith(("tensorflow.", "horovod."))
+    )
+
+
 # Symbols only TF 1's API has (canonical: `compat.v1` dropped): a file naming one runs the graph
 # world, whose optimizers are tf.compat.v1 ones.
 _TF1_SIGNALS = frozenset(

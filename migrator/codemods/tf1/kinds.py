@@ -47,7 +47,14 @@ class OptimizerKinds:
                     Kind.KERAS_OPTIMIZER,
                     Kind.KERAS_EXPERIMENTAL,
                 )
-                if (flavour is None or keras_wrapper) and api.wraps_optimizer(name) and expr.args:
+                # tf.tpu.CrossShardOptimizer(opt) too: of what it wraps.
+                wraps = api.wraps_optimizer(name) or (
+                    flavour is None
+                    and api.keeps_optimizer_kind(name)
+                    and bool(expr.args)
+                    and expr.args[0].keyword is None
+                )
+                if (flavour is None or keras_wrapper) and wraps and expr.args:
                     return self._flavour(expr.args[0].value, seen)
                 return flavour
             aliased = self._through_module_alias(expr.func)
