@@ -9,6 +9,7 @@ same way for the TF1 and the Keras port (`shared/distributed.py` reads the condi
 from __future__ import annotations
 
 import libcst as cst
+from libcst.metadata import GlobalScope
 
 from migrator.codemods.shared import api, rules
 from migrator.codemods.shared.context import FileContext
@@ -49,6 +50,14 @@ class Distribution:
             self.facts.wrappers.append(node)
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if (
+            len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and isinstance(node.value, cst.Name)
+            and node.value.value == "None"
+            and isinstance(self.file.scope(node), GlobalScope)
+        ):
+            self.facts.optional_horovod.add(node.targets[0].target.value)
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             direction = size_test_direction(node.value, self.file.canonical)
             if direction:
