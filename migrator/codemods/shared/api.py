@@ -83,10 +83,11 @@ _KERAS_EXPERIMENTAL_HOMES = (
 
 
 def canonical(qualified: str) -> str:
-    """Drop the `compat.v1` hop so every spelling of one API compares equal."""
+    """Drop the `compat.v1` hop so every spelling of one API compares equal; also a repeated one
+    (`tf.compat.v1.train.X` where `tf` is `tensorflow.compat.v1`, which runs)."""
     for prefix in ("tensorflow.compat.v1.", "tensorflow._api.v1."):
         if qualified.startswith(prefix):
-            return "tensorflow." + qualified[len(prefix) :]
+            return canonical("tensorflow." + qualified[len(prefix) :])
     if qualified == "tensorflow.compat.v1":
         return "tensorflow"
     return qualified

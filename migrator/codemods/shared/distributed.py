@@ -55,6 +55,8 @@ class DistributedFacts:
     # module-level names assigned None; a Horovod alias among them (`try: import ... as hvd` /
     # `except ImportError: hvd = None`) is Horovod only where the import succeeded
     optional_horovod: set[str] = dataclasses.field(default_factory=set)
+    # names bound to Horovod by a lazy-import helper (`hvd = LazyImport("horovod.tensorflow")`)
+    lazy_horovod: set[str] = dataclasses.field(default_factory=set)
 
     @property
     def trains_distributed(self) -> bool:

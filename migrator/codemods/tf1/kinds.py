@@ -57,6 +57,15 @@ class OptimizerKinds:
                 if (flavour is None or keras_wrapper) and wraps and expr.args:
                     return self._flavour(expr.args[0].value, seen)
                 return flavour
+            if (
+                isinstance(expr.func, cst.Attribute)
+                and expr.func.attr.value == "DistributedOptimizer"
+                and expr.args
+                and expr.args[0].keyword is None
+            ):
+                # Horovod bound where no import shows it (`hvd = LazyImport("horovod...")`):
+                # its wrapper is of what it wraps, as where the import resolves.
+                return self._flavour(expr.args[0].value, seen)
             aliased = self._through_module_alias(expr.func)
             if aliased is not None:
                 return _name_flavour(aliased)

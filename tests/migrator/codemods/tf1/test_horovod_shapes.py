@@ -6,6 +6,10 @@
   `if is_mpi:`): the port passes a flag (`is_mpi > 1`), never the count.
 - hvd_optional.py: `try: import horovod.tensorflow as hvd / except ImportError: hvd = None`: the
   port honours the None (never a bare True).
+- hvd_lazy.py: `hvd = LazyImport("horovod.tensorflow")`, a helper of the script's own: Horovod
+  all the same (the condition under which it wraps the optimizer), and the
+  `tensorflow.compat.v1.train.MomentumOptimizer` that wrapper holds (in a file that also uses
+  Keras) is a tf.compat.v1 optimizer: no optimizer-kind-unknown.
 
 Each ported file is trained with no Horovod (hvd None, or not importable), with the single-worker
 stand-in (benchmarks/realcode/stubs) and with the stand-in reporting two workers (so the
@@ -34,6 +38,7 @@ EXPECTED = {
     "hvd_param": "hvd is not None and hvd.size() > 1",
     "hvd_count": "is_mpi > 1",
     "hvd_optional": "hvd is not None and hvd.size() > 1",
+    "hvd_lazy": "use_horovod",
 }
 # (module, workers): "none" runs without Horovod (hvd None; hvd_optional without the stand-in, so
 # its import fails; hvd_count imports Horovod unconditionally and so always needs it).
