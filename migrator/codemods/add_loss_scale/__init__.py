@@ -19,6 +19,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from migrator.codemods.add_loss_scale.finder import walk
 from migrator.codemods.add_loss_scale.planner import MANUAL, RULE, UNSCALED, Planner
 from migrator.codemods.add_loss_scale.rewrite import Rewriter, with_import
 from migrator.findings import Finding
@@ -33,14 +34,24 @@ def add_loss_scale(
     """Wrap the file's tf.compat.v1 optimizers; the module unchanged when there is nothing to do.
 
     A file that mentions any loss-scale API already scales its loss (or is ported already): the
-    ordinary port handles it, and wrapping again would scale twice.
+    ordinary port handles it, and wrapping again would scale twice. Only code counts: a name
+    in a comment, a docstring or a string (a commented-out `tf.keras` line, a
+    `params['mixed_precision']` key) decides nothing; the byte gate before only over-selects.
     """
-    if any(t in source for t in LOSS_SCALE_TRIGGERS) or not might_need_loss_scale_added(source):
+    if not might_need_loss_scale_added(source):
+        return module, []
+    spelled = _code_names(module)
+    if any(t.decode() in name for t in LOSS_SCALE_TRIGGERS for name in spelled):
         return module, []
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    planner = Planner(wrapper, path, choice, keras=b"keras" in source)
+    planner = Planner(wrapper, path, choice, keras=any("keras" in name for name in spelled))
     wrapper.visit(planner.finder)
     if not planner.wraps:
         return module, planner.findings
     rewritten = wrapper.module.visit(Rewriter(planner))
     return with_import(rewritten, planner.manager_class), planner.findings
+
+
+def _code_names(module: cst.Module) -> set[str]:
+    """Every identifier the code spells: names, attributes, keywords, imported names."""
+    return {node.value for node in walk(module) if isinstance(node, cst.Name)}

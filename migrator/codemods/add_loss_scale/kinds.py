@@ -105,7 +105,4 @@ def _wraps(name: str | None, call: cst.Call) -> bool:
     first and keep its kind."""
     if name is None or not call.args or call.args[0].keyword is not None:
         return False
-    module, _, leaf = name.rpartition(".")
-    return api.wraps_optimizer(name) or (
-        leaf.endswith("Optimizer") and module.startswith(("tensorflow.", "horovod."))
-    )
+    return api.keeps_optimizer_kind(name)

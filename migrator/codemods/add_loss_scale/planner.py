@@ -111,27 +111,22 @@ class Planner:
                 "Keras); --add-loss-scale did not wrap it, add NPULossScaleOptimizer by hand",
             )
             return
-        anchor = self.anchor(binding, first)
-        if anchor is None:
-            self.note(
-                first,
-                MANUAL,
-                f"`{binding.name}` is not assigned before its first training call in the same "
-                "block; --add-loss-scale did not wrap it, add NPULossScaleOptimizer by hand",
-            )
+        anchors = self._anchors(binding, [call for _, call in uses])
+        if anchors is None:
             return
-        self.after.setdefault(id(anchor), []).append(binding.name)
-        self.wraps += 1
-        self.note(
-            anchor,
-            RULE,
-            f"`{binding.name}` is wrapped in NPULossScaleOptimizer with {self.manager_call}",
-            "change",
-        )
+        for anchor in dict.fromkeys(anchors.values()):  # each once, in the order of the uses
+            self.after.setdefault(id(anchor), []).append(binding.name)
+            self.wraps += 1
+            self.note(
+                anchor,
+                RULE,
+                f"`{binding.name}` is wrapped in NPULossScaleOptimizer with {self.manager_call}",
+                "change",
+            )
         applies = [c for m, c in uses if m == "apply_gradients"]
         scaled = any(m != "apply_gradients" for m, _ in uses)
         for call in applies:
-            if not self._rewire_gradients(binding, anchor, call) and not scaled:
+            if not self._rewire_gradients(binding, anchors[id(call)], call) and not scaled:
                 self.note(
                     call,
                     UNSCALED,
@@ -139,6 +134,58 @@ class Planner:
                     f"by `{binding.name}.compute_gradients`, so the loss is not scaled there "
                     "(steps with inf/NaN gradients are still skipped); compute them with it",
                 )
+
+    def _anchors(self, binding: Binding, calls: list[cst.Call]) -> dict[int, cst.CSTNode] | None:
+        """Per training call, where the optimizer it trains is wrapped; None (and a warning)
+        where that cannot be one place per path.
+
+        Each call trains what the last assignment on its path built. Where that assignment puts
+        the optimizer into something the tool cannot tell is a tf.compat.v1 optimizer (a
+        gradient-accumulation object), the wrap goes where the optimizer it was given was built:
+        wrapping the plain object fails at start-up, and wrapping it in one branch only would
+        leave the other paths unscaled. Two anchors of which one is built from the other would
+        wrap the same optimizer twice on one path: refused.
+        """
+        anchors: dict[int, cst.CSTNode] = {}
+        for call in calls:
+            anchor = self.anchor(binding, call)
+            while anchor is not None and self._rewraps_unknown(binding, anchor):
+                anchor = self.anchor(binding, anchor)
+            if anchor is None:
+                self.note(
+                    call,
+                    MANUAL,
+                    f"`{binding.name}` is not assigned before this training call in the same "
+                    "block; --add-loss-scale did not wrap it, add NPULossScaleOptimizer by hand",
+                )
+                return None
+            anchors[id(call)] = anchor
+        distinct = list(dict.fromkeys(anchors.values()))
+        for anchor in distinct:
+            earlier = self.anchor(binding, anchor)
+            while earlier is not None:
+                if any(earlier is other for other in distinct):
+                    self.note(
+                        anchor,
+                        MANUAL,
+                        f"`{binding.name}` is trained on one path as built here and on another "
+                        f"as built on line {self.line(earlier)}, which this one wraps; "
+                        "--add-loss-scale did not wrap it (it would scale one path twice), add "
+                        "NPULossScaleOptimizer by hand around the optimizer every path trains",
+                    )
+                    return None
+                earlier = self.anchor(binding, earlier)
+        return anchors
+
+    def _rewraps_unknown(self, binding: Binding, anchor: cst.CSTNode) -> bool:
+        """`opt = Something(opt, ...)` where Something is not known to be a tf.compat.v1
+        optimizer (or one of the wrappers that keep its kind)."""
+        statement = anchor.body[0] if isinstance(anchor, cst.SimpleStatementLine) else None
+        if not isinstance(statement, cst.Assign) or not isinstance(statement.value, cst.Call):
+            return False
+        if binding.name not in names(list(statement.value.args)):
+            return False
+        return self.kinds.flavour(statement.value) not in ("v1", "keras")
 
     def _keras(self, node: cst.CSTNode, what: str) -> None:
         self.note(

@@ -83,10 +83,11 @@ _KERAS_EXPERIMENTAL_HOMES = (
 
 
 def canonical(qualified: str) -> str:
-    """Drop the `compat.v1` hop so every spelling of one API compares equal."""
+    """Drop the `compat.v1` hop so every spelling of one API compares equal; also a repeated one
+    (`tf.compat.v1.train.X` where `tf` is `tensorflow.compat.v1`, which runs)."""
     for prefix in ("tensorflow.compat.v1.", "tensorflow._api.v1."):
         if qualified.startswith(prefix):
-            return "tensorflow." + qualified[len(prefix) :]
+            return canonical("tensorflow." + qualified[len(prefix) :])
     if qualified == "tensorflow.compat.v1":
         return "tensorflow"
     return qualified
@@ -264,6 +265,16 @@ def wraps_optimizer(name: str) -> bool:
     )
     return classify(name) in wrappers or (
         is_horovod_module(name) and name.endswith(".DistributedOptimizer")
+    )
+
+
+def keeps_optimizer_kind(name: str) -> bool:
+    """A call that takes an optimizer first and returns one of the same kind: the wrappers above,
+    and TF's and Horovod's other `...Optimizer` wrappers of a v1 optimizer whose own kind is
+    unknown here (tf.tpu.CrossShardOptimizer)."""
+    module, _, leaf = name.rpartition(".")
+    return wraps_optimizer(name) or (
+        leaf.endswith("Optimizer") and module.startswith(("tensorflow.", "horovod."))
     )
 
 

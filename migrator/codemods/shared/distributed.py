@@ -52,6 +52,11 @@ class DistributedFacts:
     init_calls: list[cst.Call] = dataclasses.field(default_factory=list)
     # names bound to the tensorflow module (`import tensorflow.compat.v1 as tf`) -> the import
     tensorflow_aliases: dict[str, cst.CSTNode] = dataclasses.field(default_factory=dict)
+    # module-level names assigned None; a Horovod alias among them (`try: import ... as hvd` /
+    # `except ImportError: hvd = None`) is Horovod only where the import succeeded
+    optional_horovod: set[str] = dataclasses.field(default_factory=set)
+    # names bound to Horovod by a lazy-import helper (`hvd = LazyImport("horovod.tensorflow")`)
+    lazy_horovod: set[str] = dataclasses.field(default_factory=set)
 
     @property
     def trains_distributed(self) -> bool:
@@ -309,7 +314,11 @@ def is_distributed_value(
             return value, f"`{name}` holds the script's single-worker test"
     decision = _wrapper_decision(call, facts, parent) or _init_decision(facts, scope, parent)
     if decision is not None:
-        return decision
+        return _as_flag(decision[0], scope, canonical, parent), decision[1]
+    for alias in sorted(facts.optional_horovod & facts.horovod_aliases.keys()):
+        if scope is not None and alias in scope:
+            value = cst.parse_expression(f"{alias} is not None and {alias}.size() > 1")
+            return value, f"`{alias}` is Horovod only where its import succeeded, else None"
     if not facts.horovod_imported and not _under_strategy_scope(call, parent):
         # Scripts build their strategy only for some runs (xlnet: none with one core per host).
         # has_strategy() is true exactly where the optimizer is built under one.
@@ -365,8 +374,48 @@ def _horovod_parameter_of(
             evidence = f"shadows the file's Horovod import `{name}`"
         else:
             continue
-        optional = isinstance(param.default, cst.Name) and param.default.value == "None"
+        # Optional where None is its default, or where the function itself tests it against
+        # None (callers pass `hvd if use_horovod else None`).
+        optional = (isinstance(param.default, cst.Name) and param.default.value == "None") or any(
+            _tested_against_none(access.node, parent) for access in assignments[0].references
+        )
         test = f"{name} is not None and {name}.size() > 1" if optional else f"{name}.size() > 1"
         why = f"the parameter `{name}` {evidence}: true at run time"
         return cst.parse_expression(test), f"{why} only on several workers"
     return None
+
+
+def _tested_against_none(node: cst.CSTNode, parent: Parent) -> bool:
+    """`node is None` / `node is not None` (either side)."""
+    comparison = parent(node)
+    if isinstance(comparison, cst.ComparisonTarget):
+        comparison = parent(comparison)
+    if not isinstance(comparison, cst.Comparison) or len(comparison.comparisons) != 1:
+        return False
+    target = comparison.comparisons[0]
+    if not isinstance(target.operator, (cst.Is, cst.IsNot)):
+        return False
+    other = target.comparator if comparison.left is node else comparison.left
+    return isinstance(other, cst.Name) and other.value == "None"
+
+
+def _as_flag(
+    expr: cst.BaseExpression, scope: Scope | None, canonical: Canonical, parent: Parent
+) -> cst.BaseExpression:
+    """A condition with the worker count where a flag belongs made a flag: `is_mpi` assigned
+    `hvd.size()` (truthy on one worker too) becomes `is_mpi > 1`, also as a part of `a and b`."""
+    if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.And):
+        return expr.with_changes(
+            left=_as_flag(expr.left, scope, canonical, parent),
+            right=_as_flag(expr.right, scope, canonical, parent),
+        )
+    if not isinstance(expr, cst.Name) or scope is None or expr.value not in scope:
+        return expr
+    for assignment in scope[expr.value]:
+        if not isinstance(assignment, Assignment):
+            continue
+        holder = parent(assignment.node)
+        statement = parent(holder) if holder is not None else None
+        if isinstance(statement, cst.Assign) and _is_size_call(statement.value, canonical):
+            return cst.parse_expression(f"{expr.value} > 1")
+    return expr

@@ -9,6 +9,7 @@ same way for the TF1 and the Keras port (`shared/distributed.py` reads the condi
 from __future__ import annotations
 
 import libcst as cst
+from libcst.metadata import GlobalScope
 
 from migrator.codemods.shared import api, rules
 from migrator.codemods.shared.context import FileContext
@@ -47,8 +48,39 @@ class Distribution:
             and func.endswith(".DistributedOptimizer")
         ):
             self.facts.wrappers.append(node)
+        elif self._lazy_horovod(node.func, "init"):
+            assert isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name)
+            self.facts.initialised.add(node.func.value.value)
+            self.facts.init_calls.append(node)
+        elif self._lazy_horovod(node.func, "DistributedOptimizer"):
+            self.facts.wrappers.append(node)
+
+    def _lazy_horovod(self, func: cst.BaseExpression, attribute: str) -> bool:
+        """`hvd.<attribute>` where `hvd` is Horovod bound through a lazy-import helper."""
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == attribute
+            and isinstance(func.value, cst.Name)
+            and func.value.value in self.facts.lazy_horovod
+        )
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        lazy = _lazily_imported(node)
+        if lazy is not None and api.is_horovod_module(lazy):
+            # `hvd = LazyImport("horovod.tensorflow")`: Horovod, though no import binds it.
+            name = node.targets[0].target
+            assert isinstance(name, cst.Name)
+            self.facts.horovod_imported = True
+            self.facts.horovod_aliases[name.value] = node
+            self.facts.lazy_horovod.add(name.value)
+        if (
+            len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and isinstance(node.value, cst.Name)
+            and node.value.value == "None"
+            and isinstance(self.file.scope(node), GlobalScope)
+        ):
+            self.facts.optional_horovod.add(node.targets[0].target.value)
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             direction = size_test_direction(node.value, self.file.canonical)
             if direction:
@@ -114,3 +146,18 @@ def _hands_a_strategy(call: cst.Call) -> bool:
         and not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
         for arg in call.args
     )
+
+
+def _lazily_imported(node: cst.Assign) -> str | None:
+    """The module `name = helper("a.module", ...)` names: a lazy import the script wrote itself
+    (`LazyImport("horovod.tensorflow")`, `importlib.import_module(...)`)."""
+    if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+        return None
+    value = node.value
+    if not isinstance(value, cst.Call) or not value.args or value.args[0].keyword is not None:
+        return None
+    first = value.args[0].value
+    if not isinstance(first, cst.SimpleString):
+        return None
+    module = first.evaluated_value
+    return module if isinstance(module, str) else None

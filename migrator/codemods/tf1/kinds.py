@@ -47,9 +47,25 @@ class OptimizerKinds:
                     Kind.KERAS_OPTIMIZER,
                     Kind.KERAS_EXPERIMENTAL,
                 )
-                if (flavour is None or keras_wrapper) and api.wraps_optimizer(name) and expr.args:
+                # tf.tpu.CrossShardOptimizer(opt) too: of what it wraps.
+                wraps = api.wraps_optimizer(name) or (
+                    flavour is None
+                    and api.keeps_optimizer_kind(name)
+                    and bool(expr.args)
+                    and expr.args[0].keyword is None
+                )
+                if (flavour is None or keras_wrapper) and wraps and expr.args:
                     return self._flavour(expr.args[0].value, seen)
                 return flavour
+            if (
+                isinstance(expr.func, cst.Attribute)
+                and expr.func.attr.value == "DistributedOptimizer"
+                and expr.args
+                and expr.args[0].keyword is None
+            ):
+                # Horovod bound where no import shows it (`hvd = LazyImport("horovod...")`):
+                # its wrapper is of what it wraps, as where the import resolves.
+                return self._flavour(expr.args[0].value, seen)
             aliased = self._through_module_alias(expr.func)
             if aliased is not None:
                 return _name_flavour(aliased)
