@@ -155,11 +155,12 @@ def _in_annotation(root: Path, item, cache: dict) -> bool:
     return any(begin <= start < end for begin, end in cache[path])
 
 
+def _test_command(tests: list[str]) -> str:
+    return f"{sys.executable} -m pytest -x -q -p no:cacheprovider -o addopts='' " + " ".join(tests)
+
+
 def _config(modules: list[str], tests: list[str], timeout: float) -> str:
-    command = (
-        f"{sys.executable} -m pytest -x -q -p no:cacheprovider -o addopts='' "
-        + " ".join(tests)
-    )
+    command = _test_command(tests)
     listed = ", ".join(f'"{m}"' for m in modules)
     return (
         "[cosmic-ray]\n"
@@ -189,6 +190,13 @@ def _run_area(area: str, root: Path, sample: int, seed: int, timeout: float) -> 
     outcome = Outcome(area, survivors=[], explained=[])
     if not modules:
         return outcome
+    # A suite that fails (or fails to collect) unmutated would count every mutant as killed.
+    baseline = subprocess.run(
+        _test_command(tests), shell=True, cwd=root, capture_output=True, text=True
+    )
+    if baseline.returncode != 0:
+        tail = "\n".join(baseline.stdout.splitlines()[-5:])
+        raise SystemExit(f"{area}: its tests fail on the unmutated code, no score:\n{tail}")
     slug = area.replace("/", "_")
     config = root / f"mutation-{slug}.toml"
     session = root / f"mutation-{slug}.sqlite"
