@@ -6,6 +6,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from migrator.codemods.shared.parents import ParentProvider
+from migrator.codemods.shared.visiting import visit_wrapper
 from migrator.codemods.tf1.analysis import LossScaleAnalyzer
 from migrator.codemods.tf1.rewrite import PlanRewriter
 from migrator.codemods.torch.analysis import TorchScalerAnalyzer
@@ -25,7 +26,7 @@ def port_loss_scale(
 ) -> tuple[cst.Module, list[Finding]]:
     """Rewrite the loss-scale APIs of one file; returns the new tree and what was done or left."""
     analyzer = LossScaleAnalyzer(path, distributed, reexports)
-    wrapper.visit(analyzer)
+    visit_wrapper(wrapper, analyzer)
     file = analyzer.file
     if not file.edits:
         return wrapper.module, file.findings
@@ -39,7 +40,7 @@ def port_torch(
 ) -> tuple[cst.Module, list[Finding]]:
     """Rewrite torch's GradScaler uses in one file; returns the new tree and the findings."""
     analyzer = TorchScalerAnalyzer(path, reexports)
-    wrapper.visit(analyzer)
+    visit_wrapper(wrapper, analyzer)
     if not analyzer.plan:
         return wrapper.module, analyzer.findings
     parents = wrapper.resolve(ParentProvider)

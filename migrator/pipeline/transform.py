@@ -25,6 +25,7 @@ from migrator.codemods.port import (
     port_torch,
 )
 from migrator.codemods.shared.add_loss_scale_choice import manager_call
+from migrator.codemods.shared.visiting import Wrapper
 from migrator.codemods.targets import npu_bridge
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline import slicing
@@ -156,7 +157,7 @@ def _prepare(source: bytes, path: str, options: MigrateOptions) -> PreparedFile:
             return dataclasses.replace(prepared, original=source, added=tuple(added))
     # The tree was just parsed, so no node appears twice in it and nobody else holds it: the
     # defensive deep copy MetadataWrapper makes by default would only cost time.
-    wrapper = MetadataWrapper(parse(source), unsafe_skip_copy=True)
+    wrapper = Wrapper(parse(source), unsafe_skip_copy=True)
     # libcst resolves metadata in rounds and walks the whole tree once per round, even a round
     # with nothing to walk for; asking for what every codemod needs at once saves those walks.
     wanted = set(global_step.metadata_needed(source))
@@ -186,7 +187,7 @@ def _port(
         module, torch_findings = port_torch(wrapper, path, options.reexports)
         return module, [*findings, *torch_findings]
     # Rare (one file using both frameworks' scalers): a second resolution on the ported tree.
-    ported, torch_findings = port_torch(MetadataWrapper(module), path, options.reexports)
+    ported, torch_findings = port_torch(Wrapper(module), path, options.reexports)
     mapped = _map_lines(torch_findings, wrapper.module.code, module.code)
     return ported, [*findings, *mapped]
 
@@ -287,8 +288,8 @@ def _migrate_moved(
     move made.
     """
     original = parse(source)
-    moved, findings = global_step.rewrite(MetadataWrapper(original), path, plan)
-    ported, port_findings = _port(MetadataWrapper(moved), source, path, options)
+    moved, findings = global_step.rewrite(Wrapper(original), path, plan)
+    ported, port_findings = _port(Wrapper(moved), source, path, options)
     if port_findings:
         port_findings = _map_lines(port_findings, original.code, moved.code)
     findings = _sorted([*findings, *port_findings])

@@ -26,6 +26,7 @@ from migrator.codemods.global_step.tree import (
     indented_blocks,
     statement_owners,
 )
+from migrator.codemods.shared.visiting import visit
 
 _STEP_GETTERS = ("get_or_create_global_step", "get_global_step", "create_global_step")
 
@@ -48,7 +49,7 @@ class Analyzer(StepReader):
     def visit_Module(self, node: cst.Module) -> bool:
         self.module = node
         index = Index(node)
-        node.visit(index)
+        visit(node, index)
         token = INDEX.set(index)
         try:
             self._module(node, index.functions)

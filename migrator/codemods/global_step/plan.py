@@ -32,6 +32,7 @@ from migrator.codemods.global_step.edit import (
 )
 from migrator.codemods.global_step.model import NEW_STEP, ClassState, ModuleAnalysis, OptimizerRef
 from migrator.codemods.shared import rules
+from migrator.codemods.shared.visiting import visit_wrapper
 from migrator.findings import Finding
 from migrator.selection.half_moves import moved_updates
 from migrator.selection.prefilter import (
@@ -96,7 +97,7 @@ def _norm(path: str) -> str:
 
 def _analyze(wrapper: MetadataWrapper) -> ModuleAnalysis:
     analyzer = Analyzer()
-    wrapper.visit(analyzer)
+    visit_wrapper(wrapper, analyzer)
     return analyzer.result
 
 

@@ -12,6 +12,7 @@ from contextvars import ContextVar
 import libcst as cst
 
 from migrator.codemods.global_step.exprs import name_of
+from migrator.codemods.shared.visiting import visit
 
 
 class Collector(cst.CSTVisitor):
@@ -98,7 +99,7 @@ def collect(root: cst.CSTNode, *types: type, enter_defs: bool = False) -> list:
     if found is not None:
         return found
     collector = Collector(root, types, enter_defs=enter_defs)
-    root.visit(collector)
+    visit(root, collector)
     return collector.found
 
 

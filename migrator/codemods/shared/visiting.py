@@ -1,0 +1,190 @@
+"""Read-only visits of a libcst tree without rebuilding it.
+
+`CSTNode.visit` serves visitors and transformers alike: it rebuilds every node from its visited
+children (and validates it) even for a `CSTVisitor`, which changes nothing. On a 500-line file that
+rebuild is most of a walk's cost, and the port walks every file several times. `visit` here calls
+the same visitor methods in the same order on the same nodes, reading each node's children in the
+order its own `_visit_and_replace_children` visits them (read once per node type from that
+method's source: each of libcst's helpers it calls names the field it visits), and builds nothing.
+
+Attribute hooks (`visit_Call_func`, `on_visit_attribute`) are honoured: a visitor that may have
+one gets them called around each field exactly as libcst calls them; a visitor that has none is
+spared the two calls per field.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from collections.abc import Iterable
+from contextlib import ExitStack
+
+import libcst as cst
+from libcst import BatchableCSTVisitor
+from libcst._batched_visitor import _BatchedCSTVisitor, _get_visitor_methods
+from libcst.metadata import MetadataWrapper
+
+# libcst's helpers in libcst/_nodes/internal.py; each takes (parent, fieldname, value, visitor).
+_HELPERS = frozenset(
+    {
+        "visit_required",
+        "visit_optional",
+        "visit_sentinel",
+        "visit_sequence",
+        "visit_body_sequence",
+        "visit_iterable",
+        "visit_body_iterable",
+    }
+)
+# (field, visited only when not None): `FormattedStringExpression.format_spec` is visited, hooks
+# and all, only when present (`visit_sequence(...) if format_spec is not None else None`).
+_ORDER: dict[type, tuple[tuple[str, bool], ...]] = {}
+_NODE, _SEQUENCE, _OTHER = "node", "sequence", "other"
+_KINDS: dict[type, str] = {}
+_HOOKS: dict[type, bool] = {}
+
+
+def visit(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """`node.visit(visitor)` for a CSTVisitor, without rebuilding the tree."""
+    if not isinstance(visitor, cst.CSTVisitor):
+        node.visit(visitor)  # a transformer: libcst's own walk, which builds its result
+        return
+    _walk(node, visitor, _has_attribute_hooks(type(visitor)))
+
+
+def visit_wrapper(wrapper: MetadataWrapper, visitor: cst.CSTVisitor) -> None:
+    """`wrapper.visit(visitor)` (metadata resolved and bound as there), without the rebuild."""
+    with visitor.resolve(wrapper):
+        visit(wrapper.module, visitor)
+
+
+class Wrapper(MetadataWrapper):
+    """A MetadataWrapper whose walks build nothing: the batched walk libcst resolves the scope
+    analysis and the other batchable providers with, and `visit` with a CSTVisitor.
+
+    `_BatchedCSTVisitor` and `_get_visitor_methods` are what libcst's own `visit_batched` uses;
+    only the walk that drives them differs.
+    """
+
+    def visit_batched(
+        self,
+        visitors: Iterable[BatchableCSTVisitor],
+        before_visit: object = None,
+        after_leave: object = None,
+    ) -> cst.CSTNode:
+        visitors = list(visitors)
+        with ExitStack() as stack:
+            for one in visitors:
+                stack.enter_context(one.resolve(self))
+            batched = _BatchedCSTVisitor(
+                _get_visitor_methods(visitors),
+                before_visit=before_visit,  # type: ignore[arg-type]
+                after_leave=after_leave,  # type: ignore[arg-type]
+            )
+            visit(self.module, batched)
+        return self.module
+
+    def visit(self, visitor):  # type: ignore[no-untyped-def,override]
+        if not isinstance(visitor, cst.CSTVisitor):
+            return super().visit(visitor)
+        visit_wrapper(self, visitor)
+        return self.module
+
+
+def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor, hooks: bool) -> None:
+    # As CSTNode.visit: on_visit, the children unless it returned False, then on_leave.
+    if visitor.on_visit(node):
+        for name, optional in _fields(type(node)):
+            value = getattr(node, name)
+            if optional and value is None:
+                continue
+            if hooks:
+                visitor.on_visit_attribute(node, name)
+            kind = _kind(type(value))
+            if kind is _NODE:
+                _walk(value, visitor, hooks)
+            elif kind is _SEQUENCE:
+                for item in value:
+                    _walk(item, visitor, hooks)
+            if hooks:
+                visitor.on_leave_attribute(node, name)
+    visitor.on_leave(node)
+
+
+def _fields(node_type: type) -> tuple[tuple[str, bool], ...]:
+    order = _ORDER.get(node_type)
+    if order is None:
+        order = _ORDER[node_type] = _visit_order(node_type)
+    return order
+
+
+def _visit_order(node_type: type) -> tuple[tuple[str, bool], ...]:
+    """The fields `_visit_and_replace_children` visits, in the order it visits them, each with
+    whether it is visited only when not None (a helper call in one branch of a conditional whose
+    other branch calls none)."""
+    owner = next(c for c in node_type.__mro__ if "_visit_and_replace_children" in vars(c))
+    tree = ast.parse(textwrap.dedent(inspect.getsource(vars(owner)["_visit_and_replace_children"])))
+    calls = sorted(
+        (node for node in ast.walk(tree) if _is_helper_call(node)),
+        key=lambda call: (call.lineno, call.col_offset),
+    )
+    guarded = {
+        id(call)
+        for branch in ast.walk(tree)
+        if isinstance(branch, ast.IfExp)
+        and not (_has_helper_call(branch.body) and _has_helper_call(branch.orelse))
+        for call in ast.walk(branch)
+        if _is_helper_call(call)
+    }
+    names: list[tuple[str, bool]] = []
+    for call in calls:
+        field = call.args[1] if len(call.args) > 1 else None
+        if not (isinstance(field, ast.Constant) and isinstance(field.value, str)):
+            raise RuntimeError(f"cannot read the visit order of {node_type.__name__}")
+        if all(field.value != name for name, _ in names):
+            names.append((field.value, id(call) in guarded))
+    return tuple(names)
+
+
+def _is_helper_call(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _HELPERS
+    )
+
+
+def _has_helper_call(node: ast.AST) -> bool:
+    return any(_is_helper_call(inner) for inner in ast.walk(node))
+
+
+def _kind(value_type: type) -> str:
+    # Cached per type: isinstance against the CSTNode ABC is slow, and this runs per field.
+    kind = _KINDS.get(value_type)
+    if kind is None:
+        if issubclass(value_type, cst.CSTNode):
+            kind = _NODE
+        elif issubclass(value_type, (list, tuple)):
+            kind = _SEQUENCE
+        else:
+            kind = _OTHER
+        _KINDS[value_type] = kind
+    return kind
+
+
+def _has_attribute_hooks(visitor_type: type) -> bool:
+    """Whether the visitor may react to an attribute visit: it overrides libcst's dispatch, or
+    has a method that could be a `visit_<Node>_<field>` / `leave_<Node>_<field>` hook (node type
+    names have no underscore, so any further underscore counts, conservatively)."""
+    found = _HOOKS.get(visitor_type)
+    if found is None:
+        found = (
+            visitor_type.on_visit_attribute is not cst.CSTVisitor.on_visit_attribute
+            or visitor_type.on_leave_attribute is not cst.CSTVisitor.on_leave_attribute
+            or any(
+                "_" in name.partition("_")[2]
+                for name in dir(visitor_type)
+                if name.startswith(("visit_", "leave_"))
+            )
+        )
+        _HOOKS[visitor_type] = found
+    return found
