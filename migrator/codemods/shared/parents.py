@@ -37,32 +37,32 @@ def _links(module: cst.Module) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
         node = stack.pop()
         for name in _field_names(type(node)):
             value = getattr(node, name)
-            kind = _kind(type(value))
-            if kind is _NODE:
+            kind = field_kind(type(value))
+            if kind is NODE:
                 links.append((value, node))
                 stack.append(value)
-            elif kind is _SEQUENCE:
+            elif kind is SEQUENCE:
                 for item in value:
-                    if _kind(type(item)) is _NODE:
+                    if field_kind(type(item)) is NODE:
                         links.append((item, node))
                         stack.append(item)
     return links
 
 
-_NODE, _SEQUENCE, _OTHER = "node", "sequence", "other"
+NODE, SEQUENCE, OTHER = "node", "sequence", "other"
 _KINDS: dict[type, str] = {}
 
 
-def _kind(value_type: type) -> str:
+def field_kind(value_type: type) -> str:
     # Cached per type: isinstance against the CSTNode ABC is slow, and this runs per field.
     kind = _KINDS.get(value_type)
     if kind is None:
         if issubclass(value_type, cst.CSTNode):
-            kind = _NODE
+            kind = NODE
         elif issubclass(value_type, (list, tuple)):
-            kind = _SEQUENCE
+            kind = SEQUENCE
         else:
-            kind = _OTHER
+            kind = OTHER
         _KINDS[value_type] = kind
     return kind
 

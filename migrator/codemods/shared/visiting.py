@@ -25,6 +25,8 @@ from libcst import BatchableCSTVisitor
 from libcst._batched_visitor import _BatchedCSTVisitor, _get_visitor_methods
 from libcst.metadata import MetadataWrapper
 
+from .parents import NODE, SEQUENCE, field_kind
+
 # libcst's helpers in libcst/_nodes/internal.py; each takes (parent, fieldname, value, visitor).
 _HELPERS = frozenset(
     {
@@ -40,8 +42,6 @@ _HELPERS = frozenset(
 # (field, visited only when not None): `FormattedStringExpression.format_spec` is visited, hooks
 # and all, only when present (`visit_sequence(...) if format_spec is not None else None`).
 _ORDER: dict[type, tuple[tuple[str, bool], ...]] = {}
-_NODE, _SEQUENCE, _OTHER = "node", "sequence", "other"
-_KINDS: dict[type, str] = {}
 _HOOKS: dict[type, bool] = {}
 
 
@@ -101,10 +101,10 @@ def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor, hooks: bool) -> None:
                 continue
             if hooks:
                 visitor.on_visit_attribute(node, name)
-            kind = _kind(type(value))
-            if kind is _NODE:
+            kind = field_kind(type(value))
+            if kind is NODE:
                 _walk(value, visitor, hooks)
-            elif kind is _SEQUENCE:
+            elif kind is SEQUENCE:
                 for item in value:
                     _walk(item, visitor, hooks)
             if hooks:
@@ -155,20 +155,6 @@ def _is_helper_call(node: ast.AST) -> bool:
 
 def _has_helper_call(node: ast.AST) -> bool:
     return any(_is_helper_call(inner) for inner in ast.walk(node))
-
-
-def _kind(value_type: type) -> str:
-    # Cached per type: isinstance against the CSTNode ABC is slow, and this runs per field.
-    kind = _KINDS.get(value_type)
-    if kind is None:
-        if issubclass(value_type, cst.CSTNode):
-            kind = _NODE
-        elif issubclass(value_type, (list, tuple)):
-            kind = _SEQUENCE
-        else:
-            kind = _OTHER
-        _KINDS[value_type] = kind
-    return kind
 
 
 def _has_attribute_hooks(visitor_type: type) -> bool:
