@@ -358,6 +358,7 @@ def _probe_one(
             root, parts = alias, [project.package, *parts]
         config.update(root=str(root), module=".".join(parts))
     env = dict(os.environ)
+    env.pop("TF2_BEHAVIOR", None)  # set by any TF 2 import; TF 1.15 would obey it
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     try:
         done = subprocess.run(

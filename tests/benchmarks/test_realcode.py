@@ -129,8 +129,11 @@ def test_the_npu_bridge_port_trains_on_tf115_through_the_stand_in(tmp_path: Path
         "ok (overflow skipped, step advanced on clean steps only; reference variables; "
         "npu_bridge: ExponentialUpdateLossScaleManager, NPULossScaleOptimizer)"
     )
-    # The Keras port names the adapter's TF 2.6.5 module, which has no stand-in here.
-    assert keras2["import"] == "n/a (needs npu_device)"
+    # The Keras port builds the adapter's TF 2.6.5 class (the test suite's npu_device stand-in):
+    # like the adapter it wraps Keras 2 optimizers only, so on TF 2.21's Keras 3 it refuses by
+    # name; the row is excused by the file's warning that the optimizer's Keras is unknown.
+    assert keras2["import"].startswith("FAIL TypeError")
+    assert "is a Keras 3 optimizer" in keras2["import"]
     assert "target: npu-bridge (ported with --target npu-bridge" in done.stdout
 
 

@@ -63,7 +63,6 @@ def make(args):
     return scaler, below_one, hanging, text
 '''
 TORCH_AFTER = '''\
-import torch
 import npu_lossscale.torch
 
 

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
+from cli_runner import MIGRATOR_FIXTURES, run_cli
+from script_runs import run_json
 
 FIXTURES = MIGRATOR_FIXTURES
 FIXTURE = FIXTURES / "add_loss_scale"
@@ -44,18 +43,7 @@ def dynamic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 def _train(directory: Path, precision: str, pattern: str, *builder: str) -> list[dict]:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("INF_NAN_MODE_ENABLE", None)
-    proc = subprocess.run(
-        [sys.executable, "run_train.py", precision, pattern, *builder],
-        cwd=directory,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])["rows"]
+    return run_json(sys.executable, directory, "run_train.py", precision, pattern, *builder)["rows"]
 
 
 def _findings(report: dict, name: str) -> list[dict]:

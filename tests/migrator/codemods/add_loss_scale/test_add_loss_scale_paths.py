@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
+from script_runs import run_json
 
 FIXTURE = MIGRATOR_FIXTURES / "tf1_shapes"
 TF115 = REPO_ROOT / ".venv-tf115" / "bin" / "python"
@@ -53,18 +52,7 @@ def ported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
 
 
 def train(python: str, tree: Path, builder: str, pattern: str) -> list[dict]:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("INF_NAN_MODE_ENABLE", None)
-    proc = subprocess.run(
-        [python, "run_steps.py", builder, pattern],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])["rows"]
+    return run_json(python, tree, "run_steps.py", builder, pattern)["rows"]
 
 
 def test_wrapped_where_the_optimizer_is_built_before_the_branch(ported) -> None:

@@ -15,16 +15,14 @@ what the original did.
 from __future__ import annotations
 
 import ast
-import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
+from script_runs import run_json
 
 FIXTURE = MIGRATOR_FIXTURES / "bert_lamb"
 TF115 = REPO_ROOT / ".venv-tf115" / "bin" / "python"
@@ -49,18 +47,7 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _train(python: Path | str, tree: Path, configs: list[str]) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("INF_NAN_MODE_ENABLE", None)
-    proc = subprocess.run(
-        [str(python), "train_steps.py", str(STEPS), *configs],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+    return run_json(python, tree, "train_steps.py", str(STEPS), *configs)["results"]
 
 
 def _reference(optimizer_type: str) -> list[list[float]]:
@@ -124,9 +111,7 @@ def test_reads_in_the_update_read_the_advanced_step(trees: tuple[Path, Path]) ->
     code = ast.unparse(apply)
     assert "steps = tf.cast(new_global_step, tf.float32)" in code
     assert "new_global_step = tf.identity(global_step + 1, name='step_update')" in code
-    reads = [
-        n for n in ast.walk(apply) if isinstance(n, ast.Name) and n.id == "global_step"
-    ]
+    reads = [n for n in ast.walk(apply) if isinstance(n, ast.Name) and n.id == "global_step"]
     # What still names global_step: its two `is not None` tests, `global_step + 1`, the assign.
     assert len(reads) == 4
     adam = next(

@@ -22,14 +22,13 @@ step, overflows included.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
+from script_runs import run_json
 
 FIXTURE = MIGRATOR_FIXTURES / "tf1_shapes"
 STUBS = REPO_ROOT / "benchmarks" / "realcode" / "stubs"
@@ -58,21 +57,9 @@ def ported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
 def train(
     python: str, tree: Path, module: str, workers: str, precision: str, pattern: str = "cocc"
 ) -> list[dict]:
-    paths = [str(REPO_ROOT)]
-    if workers != "none" or module == "hvd_count":
-        paths.append(str(STUBS))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("INF_NAN_MODE_ENABLE", None)
-    proc = subprocess.run(
-        [python, "run_steps.py", f"{module}:{workers}:{precision}", pattern],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])["rows"]
+    stubs = (str(STUBS),) if workers != "none" or module == "hvd_count" else ()
+    args = ("run_steps.py", f"{module}:{workers}:{precision}", pattern)
+    return run_json(python, tree, *args, extra_path=stubs)["rows"]
 
 
 @pytest.mark.parametrize("module", list(EXPECTED))
