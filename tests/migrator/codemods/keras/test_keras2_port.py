@@ -15,12 +15,12 @@ import ast
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
+from script_runs import json_lines
 
 FIXTURES = MIGRATOR_FIXTURES / "keras2"
 GENERIC = "from npu_lossscale.keras import LossScaleOptimizer"
@@ -161,19 +161,7 @@ def test_ported_files_compile_and_a_second_run_changes_nothing(ported) -> None:
 
 
 def _run(python: Path, script: Path, *args: str) -> list[dict]:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    for name in ("TF_USE_LEGACY_KERAS", "INF_NAN_MODE_ENABLE"):
-        env.pop(name, None)
-    done = subprocess.run(
-        [str(python), str(script), *args],
-        cwd=script.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return json_lines(python, script.parent, str(script), *args)
 
 
 def _same_steps(original: list[dict], port: list[dict], ours: str) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
+from script_runs import json_lines
 
 STUB = Path(__file__).parent / "stub"
 LAMB = MIGRATOR_FIXTURES / "bert_lamb"
@@ -259,20 +260,8 @@ TRAIN_STEPS = ("1", "1", "inf", "1", "1")
 
 
 def _keras_steps(python: Path, script: Path) -> list[dict]:
-    """A Keras trainer's JSON step lines, the stand-in adapter first on the path."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    env["PYTHONPATH"] = os.pathsep.join([str(STUB), str(REPO_ROOT)])
-    env.pop("TF_USE_LEGACY_KERAS", None)
-    done = subprocess.run(
-        [str(python), str(script), *TRAIN_STEPS],
-        cwd=script.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    """A Keras trainer's JSON step lines, the stand-in adapter on the path."""
+    return json_lines(python, script.parent, str(script), *TRAIN_STEPS, extra_path=(str(STUB),))
 
 
 @pytest.fixture(scope="module")
