@@ -7,7 +7,9 @@ importable even when the package was not installed.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +52,16 @@ def run_cli(
         proc.stdout.decode("utf-8", errors="replace"),
         proc.stderr.decode("utf-8", errors="replace"),
     )
+
+
+def port_fixture_tree(root: Path, fixtures: Path) -> dict:
+    """Copy a fixture folder to root/src, port it to root/out with a JSON report, and check the
+    port again: what a module-scoped fixture of the port's tests hands to each test."""
+    src, out = root / "src", root / "out"
+    shutil.copytree(fixtures, src)
+    report = root / "report.json"
+    first = run_cli("--output-dir", out, "--copy-unchanged", "--report", report, "--no-color", src)
+    assert first.returncode == 0, first.stderr
+    again = run_cli("--check", "--no-color", out)
+    findings = json.loads(report.read_text(encoding="utf-8"))["findings"]
+    return {"src": src, "out": out, "findings": findings, "again": again}

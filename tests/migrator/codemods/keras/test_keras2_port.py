@@ -12,14 +12,12 @@ interpreter, the migrator itself needing Python 3.10+).
 from __future__ import annotations
 
 import ast
-import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, port_fixture_tree
 from script_runs import json_lines
 
 FIXTURES = MIGRATOR_FIXTURES / "keras2"
@@ -33,14 +31,7 @@ INF = "inf"
 @pytest.fixture(scope="module")
 def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("keras2_port")
-    src, out = root / "src", root / "out"
-    shutil.copytree(FIXTURES, src)
-    report = root / "report.json"
-    first = run_cli("--output-dir", out, "--copy-unchanged", "--report", report, "--no-color", src)
-    assert first.returncode == 0, first.stderr
-    again = run_cli("--check", "--no-color", out)
-    findings = json.loads(report.read_text(encoding="utf-8"))["findings"]
-    return {"src": src, "out": out, "findings": findings, "again": again}
+    return port_fixture_tree(root, FIXTURES)
 
 
 def _text(ported: dict, name: str) -> str:

@@ -12,13 +12,12 @@ import ast
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, port_fixture_tree, run_cli
 
 FIXTURES = MIGRATOR_FIXTURES / "keras"
 OURS = "npu_lossscale.keras.optimizer.LossScaleOptimizer"
@@ -27,14 +26,7 @@ OURS = "npu_lossscale.keras.optimizer.LossScaleOptimizer"
 @pytest.fixture(scope="module")
 def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("keras_port")
-    src, out = root / "src", root / "out"
-    shutil.copytree(FIXTURES, src)
-    report = root / "report.json"
-    first = run_cli("--output-dir", out, "--copy-unchanged", "--report", report, "--no-color", src)
-    assert first.returncode == 0, first.stderr
-    again = run_cli("--check", "--no-color", out)
-    findings = json.loads(report.read_text(encoding="utf-8"))["findings"]
-    return {"out": out, "findings": findings, "again": again}
+    return port_fixture_tree(root, FIXTURES)
 
 
 def _text(ported: dict, name: str) -> str:
