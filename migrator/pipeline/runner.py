@@ -23,6 +23,7 @@ from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline.outcomes import FileOutcome, RunConfig, RunResult, Status
 from migrator.pipeline.writes import apply, hold_back, report_half_moves, step_groups
 from migrator.selection.horovod_sites import init_sites, name_init_sites
+from migrator.selection.keras_helpers import KerasHelper, legacy_keras_helpers
 from migrator.selection.prefilter import might_need_migration
 from migrator.selection.reexports import imported_from
 from migrator.selection.triage import parses, verdict, widen
@@ -298,6 +299,7 @@ def run(
     read: list[tuple[str, bytes]] = []  # files a global-step move may have touched
     sites: list[tuple[str, int]] = []  # where the run initialises Horovod, for the warnings
     reexports: set[tuple[str, str]] = set()  # what files import from each other, by name
+    keras_helpers: set[KerasHelper] = set()  # functions that set TF_USE_LEGACY_KERAS
     for source in files:
         data, error = _read(source)
         if data is None:
@@ -307,6 +309,7 @@ def run(
             read.append((source.display, data))
         sites += init_sites([(source.display, data)])
         reexports |= imported_from(data)
+        keras_helpers |= legacy_keras_helpers(source.display, data)
         if might_need_migration(data, add_loss_scale=config.add_loss_scale is not None):
             pending.append((source, data))
         elif source.named and not parses(data):
@@ -324,6 +327,7 @@ def run(
             add_loss_scale=config.add_loss_scale,
             target=config.target,
             reexports=frozenset(reexports),
+            keras_helpers=frozenset(keras_helpers),
         )
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:

@@ -38,6 +38,7 @@ from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.nodes import Parent
 from migrator.codemods.shared.plan import Builder
 from migrator.codemods.tf1.sites import LossScaleObject
+from migrator.selection.keras_helpers import KerasHelper
 
 RULE = rules.KERAS_LOSS_SCALE_OPTIMIZER
 _CHOICE_TEMPLATE = "keras_loss_scale_choice.py.tmpl"
@@ -77,12 +78,20 @@ class Tf1Facts:
     """What the Keras port asks of the TF1 analysis of the same file, and nothing more: the kind of
     an optimizer expression, the loss-scale object an argument names, `is_distributed=` for a
     call (the TF1 port's decision, asked with keras=True), and where the file pins Keras 2
-    (its tf_keras use and TF_USE_LEGACY_KERAS settings, known once the file has been read)."""
+    (its tf_keras use, its TF_USE_LEGACY_KERAS settings and its calls of other files' functions
+    that set it, known once the file has been read)."""
 
     optimizer_flavour: Callable[[cst.BaseExpression], str | None]
     loss_scale_object: Callable[[cst.BaseExpression], LossScaleObject | None]
     is_distributed: Callable[..., tuple[cst.BaseExpression | None, str]]
-    keras_pins: Callable[[], tuple[cst.CSTNode | None, tuple[tuple[cst.CSTNode, bool | None], ...]]]
+    keras_pins: Callable[
+        [],
+        tuple[
+            cst.CSTNode | None,
+            tuple[tuple[cst.CSTNode, bool | None], ...],
+            tuple[tuple[cst.CSTNode, KerasHelper], ...],
+        ],
+    ]
 
 
 class KerasPort:
@@ -152,8 +161,8 @@ class KerasPort:
     def finish(self) -> None:
         if not self.sites:
             return
-        tf_keras, settings = self.tf1.keras_pins()
-        evidence = version.Evidence(tf_keras, settings, self._keras_2_use())
+        tf_keras, settings, helper_calls = self.tf1.keras_pins()
+        evidence = version.Evidence(tf_keras, settings, self._keras_2_use(), helper_calls)
         assumed = version.decide(self.file, evidence)
         noted = False
         for site in sorted(self.sites, key=lambda s: s.line):
