@@ -34,6 +34,7 @@ from migrator.codemods.keras import version
 from migrator.codemods.shared import api, rules
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.api import Kind
+from migrator.codemods.shared.comments import line_limit, width
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.nodes import Parent
 from migrator.codemods.shared.plan import Builder
@@ -71,6 +72,8 @@ class LossScale:
 
     kind: str  # "default" | "dynamic" | "fixed" | "ctor-dynamic" | "ctor-fixed" | "runtime"
     ctor_bound: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # a run-time choice too long for the file's lines: the indentation of its continuation lines
+    wrap: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,6 +221,8 @@ class KerasPort:
             a.report(site.line, rule, f"`{what}(...)` left unchanged: {problem}", "warning")
             return False
         self._unseen_inner(site, assumed.target)
+        if scale.kind == "runtime":
+            scale = dataclasses.replace(scale, wrap=self._choice_wrap(site))
         value, why = self.tf1.is_distributed(site.call, keras=True)
         a.port_call(site.call, assumed.target, _builder(site, scale, value))
         if value is not None:
@@ -239,6 +244,27 @@ class KerasPort:
                 "warning",
             )
         return True
+
+    def _choice_wrap(self, site: KerasSite) -> str | None:
+        """The indentation of the run-time choice's continuation lines where it would make its
+        line longer than the file keeps its lines (migrator.codemods.shared.comments.line_limit),
+        else None. The new line is the argument's line with the argument replaced by the choice
+        (and the call's name by the class name where it is on that line)."""
+        module = self.file.module
+        limit = line_limit(module.code) if module is not None else None
+        if module is None or limit is None:
+            return None
+        arg = site.call.args[site.bound["loss_scale"]].value
+        row = self.file.line(arg)
+        text = module.code.splitlines()[row - 1]
+        old = self.file.code(arg)
+        grown = width(_choice_text(old)) + len("**") - width(old)
+        if self.file.line(site.call) == row:
+            grown -= width(self.file.code(site.call.func)) - len("LossScaleOptimizer")
+        if width(text) + grown <= limit:
+            return None
+        indent = text[: len(text) - len(text.lstrip())]
+        return indent + module.default_indent
 
     def _unseen_inner(self, site: KerasSite, target: str) -> None:
         """Warn where the wrapped optimizer's constructor cannot be seen (a parameter, another
@@ -372,7 +398,7 @@ def _scale_keywords(scale: LossScale, value: cst.BaseExpression) -> list[cst.Arg
     if scale.kind == "fixed":
         return [args_.keyword("initial_scale", value), _false("dynamic")]
     if scale.kind == "runtime":
-        return [_runtime_choice(value)]
+        return [_runtime_choice(value, scale.wrap)]
     assert isinstance(value, cst.Call)
     given = {name: value.args[i].value for name, i in scale.ctor_bound.items()}
     if scale.kind == "ctor-fixed":
@@ -400,13 +426,23 @@ def _is_reference(node: cst.BaseExpression) -> bool:
     return False
 
 
-def _runtime_choice(value: cst.BaseExpression) -> cst.Arg:
-    """`**({} if v == "dynamic" else {"initial_scale": v, "dynamic": False})`, from the template
-    templates/keras_loss_scale_choice.py.tmpl."""
+def _choice_text(code: str) -> str:
+    """The run-time choice for the argument `code`, on one line, without its `**`: from the
+    template templates/keras_loss_scale_choice.py.tmpl."""
     text = template_files.read(_CHOICE_TEMPLATE)
     line = next(s for s in text.splitlines() if s.strip() and not s.startswith("#"))
-    code = cst.Module([]).code_for_node(value)
-    expr = cst.parse_expression(line.strip().removeprefix("**").format(value=code, q='"'))
+    return line.strip().removeprefix("**").format(value=code, q='"')
+
+
+def _runtime_choice(value: cst.BaseExpression, wrap: str | None = None) -> cst.Arg:
+    """`**({} if v == "dynamic" else {"initial_scale": v, "dynamic": False})`; where `wrap` is
+    given, broken after the parenthesis and before `else`, its lines indented by `wrap`."""
+    expr = cst.parse_expression(_choice_text(cst.Module([]).code_for_node(value)))
+    if wrap is not None and isinstance(expr, cst.IfExp):
+        broken = cst.ParenthesizedWhitespace(last_line=cst.SimpleWhitespace(wrap))
+        expr = expr.with_changes(
+            lpar=[cst.LeftParen(whitespace_after=broken)], whitespace_before_else=broken
+        )
     return cst.Arg(value=expr, star="**")
 
 

@@ -113,6 +113,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     # ----------------------------------------------------------------- the walk
     def visit_Module(self, node: cst.Module) -> None:
         self.file.bind(self.metadata)
+        self.file.module = node
         self.file_imports.visit_Module(node)
         self.references.visit_Module(node)
 

@@ -123,6 +123,10 @@ def test_the_experimental_wrapper_maps_its_loss_scale(ported) -> None:
         (["sgd"], {"initial_scale": "128", "dynamic_growth_steps": "2"}),
         (["sgd"], {"**": choice}),  # 'dynamic' or a number, chosen when the script runs
     ]
+    # the choice is wrapped to the file's own line length (its longest line fits in 99)
+    source = (FIXTURES / name).read_text(encoding="utf-8").splitlines()
+    assert 88 < max(map(len, source)) <= 99
+    assert max(map(len, _text(ported, name).splitlines())) <= 99
     note = _found(ported, name, "keras-version")
     assert "an API only Keras 2 has" in note[13]
     assert "'dynamic' or a number at run time" in _found(
