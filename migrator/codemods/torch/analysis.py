@@ -86,7 +86,8 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._chosen: set[int] = set()  # names bound to torch.amp's scaler or, on old torch, cuda's
         self._annotations: list[cst.Name | cst.Attribute] = []  # CUDA/CPU scalers annotated
         self._left = False  # the file leaves a scaler torch's (sharded, refused, foreign)
-        self._plain_torch: list[tuple[cst.Import, int]] = []  # `import torch` aliases
+        # unaliased `import torch[.x.y]` aliases: all bind `torch`
+        self._plain_torch: list[tuple[cst.Import, int]] = []
         self._foreign_warned: set[str] = set()
 
     # ----------------------------------------------------------------- helpers
@@ -125,7 +126,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             if alias.asname is not None:
                 local = nodes.dotted(alias.asname.name)
                 self._binding(node, index, local, dotted)
-            elif dotted == "torch":
+            elif dotted.split(".")[0] == "torch":  # `import torch`, `import torch.cuda.amp`
                 self._plain_torch.append((node, index))
             self._transfer |= names.is_transfer_to_npu(dotted)
         return False
