@@ -38,10 +38,13 @@ def port_loss_scale(
 
 
 def port_torch(
-    wrapper: MetadataWrapper, path: str, reexports: frozenset[tuple[str, str]] = frozenset()
+    wrapper: MetadataWrapper,
+    path: str,
+    reexports: frozenset[tuple[str, str]] = frozenset(),
+    scaler_attrs: frozenset[str] = frozenset(),
 ) -> tuple[cst.Module, list[Finding]]:
     """Rewrite torch's GradScaler uses in one file; returns the new tree and the findings."""
-    analyzer = TorchScalerAnalyzer(path, reexports)
+    analyzer = TorchScalerAnalyzer(path, reexports, scaler_attrs)
     visit_wrapper(wrapper, analyzer)
     if not analyzer.plan:
         return wrapper.module, analyzer.findings

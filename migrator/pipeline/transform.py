@@ -50,6 +50,9 @@ class MigrateOptions:
     reexports: frozenset[tuple[str, str]] = frozenset()
     # functions of the run's files that set TF_USE_LEGACY_KERAS (migrator.selection.keras_helpers)
     keras_helpers: frozenset[KerasHelper] = frozenset()
+    # self.<attr> names some file of the run assigns a scaler the port does not build
+    # (migrator.selection.scaler_attrs): their annotations stay torch's
+    scaler_attrs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.add_loss_scale is not None:
@@ -189,10 +192,12 @@ def _port(
     if not might_need_torch_port(source):
         return module, findings
     if not any(f.kind == "change" for f in findings):
-        module, torch_findings = port_torch(wrapper, path, options.reexports)
+        module, torch_findings = port_torch(wrapper, path, options.reexports, options.scaler_attrs)
         return module, [*findings, *torch_findings]
     # Rare (one file using both frameworks' scalers): a second resolution on the ported tree.
-    ported, torch_findings = port_torch(Wrapper(module), path, options.reexports)
+    ported, torch_findings = port_torch(
+        Wrapper(module), path, options.reexports, options.scaler_attrs
+    )
     mapped = _map_lines(torch_findings, wrapper.module.code, module.code)
     return ported, [*findings, *mapped]
 
