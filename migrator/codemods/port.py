@@ -12,6 +12,7 @@ from migrator.codemods.tf1.rewrite import PlanRewriter
 from migrator.codemods.torch.analysis import TorchScalerAnalyzer
 from migrator.codemods.torch.rewrite import TorchRewriter
 from migrator.findings import Finding
+from migrator.selection.keras_helpers import KerasHelper
 
 # The metadata the port resolves on the wrapper it is given.
 LOSS_SCALE_METADATA = LossScaleAnalyzer.get_inherited_dependencies()
@@ -23,9 +24,10 @@ def port_loss_scale(
     path: str,
     distributed: str,
     reexports: frozenset[tuple[str, str]] = frozenset(),
+    keras_helpers: frozenset[KerasHelper] = frozenset(),
 ) -> tuple[cst.Module, list[Finding]]:
     """Rewrite the loss-scale APIs of one file; returns the new tree and what was done or left."""
-    analyzer = LossScaleAnalyzer(path, distributed, reexports)
+    analyzer = LossScaleAnalyzer(path, distributed, reexports, keras_helpers)
     visit_wrapper(wrapper, analyzer)
     file = analyzer.file
     if not file.edits:
@@ -36,10 +38,13 @@ def port_loss_scale(
 
 
 def port_torch(
-    wrapper: MetadataWrapper, path: str, reexports: frozenset[tuple[str, str]] = frozenset()
+    wrapper: MetadataWrapper,
+    path: str,
+    reexports: frozenset[tuple[str, str]] = frozenset(),
+    scaler_attrs: frozenset[str] = frozenset(),
 ) -> tuple[cst.Module, list[Finding]]:
     """Rewrite torch's GradScaler uses in one file; returns the new tree and the findings."""
-    analyzer = TorchScalerAnalyzer(path, reexports)
+    analyzer = TorchScalerAnalyzer(path, reexports, scaler_attrs)
     visit_wrapper(wrapper, analyzer)
     if not analyzer.plan:
         return wrapper.module, analyzer.findings

@@ -23,8 +23,10 @@ from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline.outcomes import FileOutcome, RunConfig, RunResult, Status
 from migrator.pipeline.writes import apply, hold_back, report_half_moves, step_groups
 from migrator.selection.horovod_sites import init_sites, name_init_sites
+from migrator.selection.keras_helpers import KerasHelper, legacy_keras_helpers
 from migrator.selection.prefilter import might_need_migration
 from migrator.selection.reexports import imported_from
+from migrator.selection.scaler_attrs import other_scaler_attrs
 from migrator.selection.triage import parses, verdict, widen
 from migrator.sources import limits, pytree
 from migrator.sources.files import SourceFile
@@ -298,6 +300,8 @@ def run(
     read: list[tuple[str, bytes]] = []  # files a global-step move may have touched
     sites: list[tuple[str, int]] = []  # where the run initialises Horovod, for the warnings
     reexports: set[tuple[str, str]] = set()  # what files import from each other, by name
+    keras_helpers: set[KerasHelper] = set()  # functions that set TF_USE_LEGACY_KERAS
+    scaler_attrs: set[str] = set()  # self.<attr> given a scaler the port does not build
     for source in files:
         data, error = _read(source)
         if data is None:
@@ -307,6 +311,8 @@ def run(
             read.append((source.display, data))
         sites += init_sites([(source.display, data)])
         reexports |= imported_from(data)
+        keras_helpers |= legacy_keras_helpers(source.display, data)
+        scaler_attrs |= other_scaler_attrs(data)
         if might_need_migration(data, add_loss_scale=config.add_loss_scale is not None):
             pending.append((source, data))
         elif source.named and not parses(data):
@@ -324,6 +330,8 @@ def run(
             add_loss_scale=config.add_loss_scale,
             target=config.target,
             reexports=frozenset(reexports),
+            keras_helpers=frozenset(keras_helpers),
+            scaler_attrs=frozenset(scaler_attrs),
         )
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:

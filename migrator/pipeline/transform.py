@@ -29,6 +29,7 @@ from migrator.codemods.shared.visiting import Wrapper
 from migrator.codemods.targets import npu_bridge
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline import slicing
+from migrator.selection.keras_helpers import KerasHelper
 from migrator.selection.prefilter import might_need_loss_scale_port, might_need_torch_port
 from migrator.selection.prefilter import (
     might_need_migration as might_need_migration,  # the CLI's contract
@@ -47,6 +48,11 @@ class MigrateOptions:
     target: str = "npulossscale"  # or 'npu-bridge': see codemods.targets.npu_bridge
     # (module, name) pairs other files of the run import (migrator.selection.reexports): kept bound
     reexports: frozenset[tuple[str, str]] = frozenset()
+    # functions of the run's files that set TF_USE_LEGACY_KERAS (migrator.selection.keras_helpers)
+    keras_helpers: frozenset[KerasHelper] = frozenset()
+    # self.<attr> names some file of the run assigns a scaler the port does not build
+    # (migrator.selection.scaler_attrs): their annotations stay torch's
+    scaler_attrs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.add_loss_scale is not None:
@@ -180,14 +186,18 @@ def _port(
     where the bytes can hold what it looks for; findings carry lines of `wrapper.module`."""
     module, findings = wrapper.module, []
     if might_need_loss_scale_port(source):
-        module, findings = port_loss_scale(wrapper, path, options.distributed, options.reexports)
+        module, findings = port_loss_scale(
+            wrapper, path, options.distributed, options.reexports, options.keras_helpers
+        )
     if not might_need_torch_port(source):
         return module, findings
     if not any(f.kind == "change" for f in findings):
-        module, torch_findings = port_torch(wrapper, path, options.reexports)
+        module, torch_findings = port_torch(wrapper, path, options.reexports, options.scaler_attrs)
         return module, [*findings, *torch_findings]
     # Rare (one file using both frameworks' scalers): a second resolution on the ported tree.
-    ported, torch_findings = port_torch(Wrapper(module), path, options.reexports)
+    ported, torch_findings = port_torch(
+        Wrapper(module), path, options.reexports, options.scaler_attrs
+    )
     mapped = _map_lines(torch_findings, wrapper.module.code, module.code)
     return ported, [*findings, *mapped]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from npu_lossscale.keras.select import legacy_keras_requested
+from npu_lossscale.keras.select import keras_generation, legacy_keras_requested
 
 
 def _describe(value: object) -> str:
@@ -73,16 +73,23 @@ def check_keras2_inner(inner_optimizer: object, keras: Any) -> None:
             "TensorFlow: build it with the tf.keras public API (tf.keras.optimizers.SGD)."
         )
     if is_keras3_optimizer(inner_optimizer):
-        why = (
-            "TF_USE_LEGACY_KERAS is set"
-            if legacy_keras_requested()
-            else f"TensorFlow {tf.__version__}'s tf.keras is Keras 2"
-        )
+        version = ".".join(tf.__version__.split(".")[:2])
+        if legacy_keras_requested():
+            found = "npu_lossscale.keras.LossScaleOptimizer resolved to its Keras 2 class here "
+            found += "(TF_USE_LEGACY_KERAS is set)"
+        elif keras_generation() == 2:
+            found = "npu_lossscale.keras.LossScaleOptimizer resolved to its Keras 2 class here "
+            found += f"(TensorFlow {version}'s tf.keras is Keras 2)"
+        else:  # the Keras 2 class named directly, in a Keras 3 process
+            found = (
+                "npu_lossscale.keras.keras2.LossScaleOptimizer (Keras 2's class) was named here, "
+                f"but TensorFlow {version}'s tf.keras is Keras 3 (TF_USE_LEGACY_KERAS is not set)"
+            )
         raise TypeError(
-            "npu_lossscale.keras.LossScaleOptimizer resolved to its Keras 2 class here ("
-            f"{why}), but inner_optimizer is a Keras 3 optimizer ({_describe(inner_optimizer)}). "
-            "Build the optimizer with tf.keras.optimizers (Keras 2), or run Keras 3: unset "
-            "TF_USE_LEGACY_KERAS before TensorFlow is imported (TF 2.16+), or import "
+            f"{found}, and inner_optimizer is a Keras 3 optimizer "
+            f"({_describe(inner_optimizer)}). Build the optimizer with Keras 2 (tf.keras with "
+            "TF_USE_LEGACY_KERAS=1 set before TensorFlow is imported, or tf_keras), or run Keras "
+            "3: unset TF_USE_LEGACY_KERAS before TensorFlow is imported (TF 2.16+), or import "
             "npu_lossscale.keras.optimizer.LossScaleOptimizer for Keras 3 explicitly."
         )
     kinds_named = "`tf.keras.optimizers.Optimizer`"

@@ -34,10 +34,12 @@ from migrator.codemods.keras import version
 from migrator.codemods.shared import api, rules
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.api import Kind
+from migrator.codemods.shared.comments import line_limit, width
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.nodes import Parent
 from migrator.codemods.shared.plan import Builder
 from migrator.codemods.tf1.sites import LossScaleObject
+from migrator.selection.keras_helpers import KerasHelper
 
 RULE = rules.KERAS_LOSS_SCALE_OPTIMIZER
 _CHOICE_TEMPLATE = "keras_loss_scale_choice.py.tmpl"
@@ -70,6 +72,8 @@ class LossScale:
 
     kind: str  # "default" | "dynamic" | "fixed" | "ctor-dynamic" | "ctor-fixed" | "runtime"
     ctor_bound: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # a run-time choice too long for the file's lines: the indentation of its continuation lines
+    wrap: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,12 +81,20 @@ class Tf1Facts:
     """What the Keras port asks of the TF1 analysis of the same file, and nothing more: the kind of
     an optimizer expression, the loss-scale object an argument names, `is_distributed=` for a
     call (the TF1 port's decision, asked with keras=True), and where the file pins Keras 2
-    (its tf_keras use and TF_USE_LEGACY_KERAS settings, known once the file has been read)."""
+    (its tf_keras use, its TF_USE_LEGACY_KERAS settings and its calls of other files' functions
+    that set it, known once the file has been read)."""
 
     optimizer_flavour: Callable[[cst.BaseExpression], str | None]
     loss_scale_object: Callable[[cst.BaseExpression], LossScaleObject | None]
     is_distributed: Callable[..., tuple[cst.BaseExpression | None, str]]
-    keras_pins: Callable[[], tuple[cst.CSTNode | None, tuple[tuple[cst.CSTNode, bool | None], ...]]]
+    keras_pins: Callable[
+        [],
+        tuple[
+            cst.CSTNode | None,
+            tuple[tuple[cst.CSTNode, bool | None], ...],
+            tuple[tuple[cst.CSTNode, KerasHelper], ...],
+        ],
+    ]
 
 
 class KerasPort:
@@ -152,8 +164,8 @@ class KerasPort:
     def finish(self) -> None:
         if not self.sites:
             return
-        tf_keras, settings = self.tf1.keras_pins()
-        evidence = version.Evidence(tf_keras, settings, self._keras_2_use())
+        tf_keras, settings, helper_calls = self.tf1.keras_pins()
+        evidence = version.Evidence(tf_keras, settings, self._keras_2_use(), helper_calls)
         assumed = version.decide(self.file, evidence)
         noted = False
         for site in sorted(self.sites, key=lambda s: s.line):
@@ -209,6 +221,8 @@ class KerasPort:
             a.report(site.line, rule, f"`{what}(...)` left unchanged: {problem}", "warning")
             return False
         self._unseen_inner(site, assumed.target)
+        if scale.kind == "runtime":
+            scale = dataclasses.replace(scale, wrap=self._choice_wrap(site))
         value, why = self.tf1.is_distributed(site.call, keras=True)
         a.port_call(site.call, assumed.target, _builder(site, scale, value))
         if value is not None:
@@ -230,6 +244,27 @@ class KerasPort:
                 "warning",
             )
         return True
+
+    def _choice_wrap(self, site: KerasSite) -> str | None:
+        """The indentation of the run-time choice's continuation lines where it would make its
+        line longer than the file keeps its lines (migrator.codemods.shared.comments.line_limit),
+        else None. The new line is the argument's line with the argument replaced by the choice
+        (and the call's name by the class name where it is on that line)."""
+        module = self.file.module
+        limit = line_limit(module.code) if module is not None else None
+        if module is None or limit is None:
+            return None
+        arg = site.call.args[site.bound["loss_scale"]].value
+        row = self.file.line(arg)
+        text = module.code.splitlines()[row - 1]
+        old = self.file.code(arg)
+        grown = width(_choice_text(old)) + len("**") - width(old)
+        if self.file.line(site.call) == row:
+            grown -= width(self.file.code(site.call.func)) - len("LossScaleOptimizer")
+        if width(text) + grown <= limit:
+            return None
+        indent = text[: len(text) - len(text.lstrip())]
+        return indent + module.default_indent
 
     def _unseen_inner(self, site: KerasSite, target: str) -> None:
         """Warn where the wrapped optimizer's constructor cannot be seen (a parameter, another
@@ -363,7 +398,7 @@ def _scale_keywords(scale: LossScale, value: cst.BaseExpression) -> list[cst.Arg
     if scale.kind == "fixed":
         return [args_.keyword("initial_scale", value), _false("dynamic")]
     if scale.kind == "runtime":
-        return [_runtime_choice(value)]
+        return [_runtime_choice(value, scale.wrap)]
     assert isinstance(value, cst.Call)
     given = {name: value.args[i].value for name, i in scale.ctor_bound.items()}
     if scale.kind == "ctor-fixed":
@@ -391,13 +426,23 @@ def _is_reference(node: cst.BaseExpression) -> bool:
     return False
 
 
-def _runtime_choice(value: cst.BaseExpression) -> cst.Arg:
-    """`**({} if v == "dynamic" else {"initial_scale": v, "dynamic": False})`, from the template
-    templates/keras_loss_scale_choice.py.tmpl."""
+def _choice_text(code: str) -> str:
+    """The run-time choice for the argument `code`, on one line, without its `**`: from the
+    template templates/keras_loss_scale_choice.py.tmpl."""
     text = template_files.read(_CHOICE_TEMPLATE)
     line = next(s for s in text.splitlines() if s.strip() and not s.startswith("#"))
-    code = cst.Module([]).code_for_node(value)
-    expr = cst.parse_expression(line.strip().removeprefix("**").format(value=code, q='"'))
+    return line.strip().removeprefix("**").format(value=code, q='"')
+
+
+def _runtime_choice(value: cst.BaseExpression, wrap: str | None = None) -> cst.Arg:
+    """`**({} if v == "dynamic" else {"initial_scale": v, "dynamic": False})`; where `wrap` is
+    given, broken after the parenthesis and before `else`, its lines indented by `wrap`."""
+    expr = cst.parse_expression(_choice_text(cst.Module([]).code_for_node(value)))
+    if wrap is not None and isinstance(expr, cst.IfExp):
+        broken = cst.ParenthesizedWhitespace(last_line=cst.SimpleWhitespace(wrap))
+        expr = expr.with_changes(
+            lpar=[cst.LeftParen(whitespace_after=broken)], whitespace_before_else=broken
+        )
     return cst.Arg(value=expr, star="**")
 
 

@@ -44,6 +44,9 @@ class FileContext:
         self.findings: list[Finding] = []
         self.edits = Edits()
         self.sites: list[Site] = []
+        # the module walked (set at the start of the walk): its text, where a rewrite must fit
+        # the file's line length
+        self.module: cst.Module | None = None
         # ids of the nodes inside rewritten expressions: an import every use of which is among
         # them can go
         self.consumed: set[int] = set()

@@ -40,6 +40,7 @@ from migrator.codemods.tf1.loss_scale_objects import LossScaleObjects
 from migrator.codemods.tf1.naming import NewImports
 from migrator.codemods.tf1.optimizers import Optimizers
 from migrator.codemods.tf1.references import ApiReferences
+from migrator.selection.keras_helpers import KerasHelper
 
 
 class LossScaleAnalyzer(cst.CSTVisitor):
@@ -49,13 +50,17 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     METADATA_DEPENDENCIES = METADATA
 
     def __init__(
-        self, path: str, distributed: str, reexports: frozenset[tuple[str, str]] = frozenset()
+        self,
+        path: str,
+        distributed: str,
+        reexports: frozenset[tuple[str, str]] = frozenset(),
+        keras_helpers: frozenset[KerasHelper] = frozenset(),
     ) -> None:
         super().__init__()
         self.file = FileContext(path)
         self.distribution = Distribution(self.file, distributed)
         self.file_imports = FileImports(self.file, reexports, self.distribution.facts)
-        self.keras_facts = KerasFacts(self.file)
+        self.keras_facts = KerasFacts(self.file, keras_helpers)
         self.kinds = OptimizerKinds(self.file)
         self.objects = LossScaleObjects(self.file)
         self.keras = KerasPort(
@@ -67,6 +72,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
                 keras_pins=lambda: (
                     self.keras_facts.tf_keras,
                     tuple(self.keras_facts.legacy_settings),
+                    tuple(self.keras_facts.helper_calls),
                 ),
             ),
         )
@@ -107,6 +113,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
     # ----------------------------------------------------------------- the walk
     def visit_Module(self, node: cst.Module) -> None:
         self.file.bind(self.metadata)
+        self.file.module = node
         self.file_imports.visit_Module(node)
         self.references.visit_Module(node)
 

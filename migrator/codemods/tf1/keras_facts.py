@@ -3,7 +3,8 @@
 Which port an optimizer of unseen kind goes to depends on the file's generation (Keras names or
 model.compile/fit calls; TF 1-only symbols). Which Keras a ported file runs is read here too:
 an import of tf_keras, and a TF_USE_LEGACY_KERAS the file sets (with which tf.keras is Keras 2),
-also inside a helper function of the file (`keras_version.KerasVersion` decides from them).
+also inside a helper function of the file, and the calls of functions other files of the run
+define that set it (`migrator.selection.keras_helpers`); `keras.version` decides from them.
 A global mixed_float16 policy with no LossScaleOptimizer named anywhere is warned in `finish`:
 Keras then wraps the compiled optimizer in its own, whose inf/NaN check misses an NPU's saturated
 overflows.
@@ -19,13 +20,15 @@ from migrator.codemods.shared import api, rules
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.nodes import code
+from migrator.selection.keras_helpers import KerasHelper
 
 
 class KerasFacts:
     """Collects while the file is walked; `finish` warns about implicit loss scaling."""
 
-    def __init__(self, file: FileContext) -> None:
+    def __init__(self, file: FileContext, helpers: frozenset[KerasHelper] = frozenset()) -> None:
         self.file = file
+        self._helpers = {(h.module, h.function): h for h in helpers}
         # what the file shows of its TensorFlow generation, for inner optimizers whose kind
         # cannot be seen: Keras names or model.compile/fit calls; TF 1-only symbols
         self.uses_keras = False
@@ -34,6 +37,8 @@ class KerasFacts:
         # value: True for "1"/"true", False for "0"/"false", None when chosen at run time)
         self.tf_keras: cst.CSTNode | None = None
         self.legacy_settings: list[tuple[cst.CSTNode, bool | None]] = []
+        # calls of those functions of other files (the call, the function)
+        self.helper_calls: list[tuple[cst.CSTNode, KerasHelper]] = []
         # global mixed_float16 policies set here, and whether any LossScaleOptimizer is named
         # (setter, surely fp16, the Policy's own loss_scale argument)
         self.fp16_policies: list[tuple[cst.Call, bool, cst.BaseExpression | None]] = []
@@ -55,6 +60,11 @@ class KerasFacts:
             self.names_lso = True
         if ".optimizers." in name or name.endswith(".GradientTape"):
             self.trains = True
+        module, _, function = name.rpartition(".")
+        helper = self._helpers.get((module.rpartition(".")[2], function))
+        call = self.file.parent(node)
+        if helper is not None and isinstance(call, cst.Call) and call.func is node:
+            self.helper_calls.append((call, helper))
 
     def visit_Call(self, node: cst.Call) -> None:
         func = self.file.canonical(node.func)

@@ -66,11 +66,18 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
 
     METADATA_DEPENDENCIES = (ScopeProvider, ParentProvider, LineProvider)
 
-    def __init__(self, path: str, reexports: frozenset[tuple[str, str]] = frozenset()) -> None:
+    def __init__(
+        self,
+        path: str,
+        reexports: frozenset[tuple[str, str]] = frozenset(),
+        scaler_attrs: frozenset[str] = frozenset(),
+    ) -> None:
         super().__init__()
         self.path = path
         # names other files of the run import from this module (migrator.selection.reexports)
         self._reexported = {name for module, name in reexports if module == module_name(path)}
+        # self.<attr> names the run assigns other scalers (migrator.selection.scaler_attrs)
+        self._other_attrs = scaler_attrs
         self.plan = TorchPlan()
         self.findings: list[Finding] = []
         self._sites: list[ImportSite] = []
@@ -86,7 +93,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._chosen: set[int] = set()  # names bound to torch.amp's scaler or, on old torch, cuda's
         self._annotations: list[cst.Name | cst.Attribute] = []  # CUDA/CPU scalers annotated
         self._left = False  # the file leaves a scaler torch's (sharded, refused, foreign)
-        self._plain_torch: list[tuple[cst.Import, int]] = []  # `import torch` aliases
+        self._plain_torch: list[tuple[cst.Import, int]] = []  # unaliased `import torch[.x.y]`
         self._foreign_warned: set[str] = set()
 
     # ----------------------------------------------------------------- helpers
@@ -125,7 +132,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             if alias.asname is not None:
                 local = nodes.dotted(alias.asname.name)
                 self._binding(node, index, local, dotted)
-            elif dotted == "torch":
+            elif dotted.split(".")[0] == "torch":  # `import torch`, `import torch.cuda.amp`
                 self._plain_torch.append((node, index))
             self._transfer |= names.is_transfer_to_npu(dotted)
         return False
@@ -451,7 +458,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         if not self._left:
             for node in self._annotations:
                 if annotations.holds_other_values(
-                    node, original_node, self.plan.calls, self.parent
+                    node, original_node, self.plan.calls, self.parent, self._other_attrs
                 ):
                     continue
                 self._rewrite(node, None)

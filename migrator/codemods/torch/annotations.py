@@ -2,7 +2,9 @@
 
 `self._scaler: Optional[amp.GradScaler] = None` followed by `self._scaler = amp.GradScaler()` in
 one branch and `self._scaler = wrapper.init_grad_scaler()` (fairscale's, allennlp) in another: the
-annotation describes the library's scaler too, which the port leaves, so it stays as written.
+annotation describes the library's scaler too, which the port leaves, so it stays as written. The
+same where another file of the run (a subclass) stores one in the attribute (allenai/tango's
+fairscale engine: `self.grad_scaler = ShardedGradScaler()`; migrator.selection.scaler_attrs).
 """
 
 from __future__ import annotations
@@ -15,10 +17,15 @@ from migrator.codemods.shared.nodes import Parent, code, walk
 
 
 def holds_other_values(
-    node: cst.CSTNode, module: cst.Module, ported: Collection[cst.Call], parent: Parent
+    node: cst.CSTNode,
+    module: cst.Module,
+    ported: Collection[cst.Call],
+    parent: Parent,
+    elsewhere: Collection[str] = (),
 ) -> bool:
     """Whether `node` is in the annotation of `target: X = ...` and the file assigns `target` the
-    result of a call the port did not rewrite (`ported`). A name assigned to it (a setter's
+    result of a call the port did not rewrite (`ported`), or `target` is `self.<attr>` with attr
+    among those other files assign such a scaler (`elsewhere`). A name assigned to it (a setter's
     parameter) is not counted: its own annotation follows the port."""
     current = parent(node)
     while current is not None and not isinstance(current, cst.Annotation):
@@ -27,6 +34,8 @@ def holds_other_values(
     if not isinstance(statement, cst.AnnAssign):
         return False
     target = code(statement.target)
+    if target.startswith("self.") and target[len("self.") :] in elsewhere:
+        return True
     for found in walk(module):
         if not isinstance(found, cst.Assign):
             continue

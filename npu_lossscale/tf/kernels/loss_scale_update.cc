@@ -4,7 +4,8 @@
 // is about forty tiny graph nodes (reads, selects, assigns) that the executor schedules one by
 // one on every training step, between the overflow decision and the optimizer update. Here it is
 // one node. The arithmetic is the float32/int arithmetic of the pure-TF update in
-// npu_lossscale/managers.py, so both give bit-identical state (tested).
+// npu_lossscale/tf/rule_ops.py (next_rule_state, which npu_lossscale/tf/managers.py runs), so
+// both give bit-identical state (tested).
 //
 // Each variable gets a fresh buffer rather than an in-place write: a value read earlier in the
 // same step (the scale the loss was multiplied by) may still alias the old one.
@@ -87,7 +88,7 @@ class NpuLossScaleUpdateOp : public OpKernel {
                       DataTypeString(types[i])));
     }
     // A scale restored below the floor (0, 1e-40, NaN from a checkpoint) counts as the floor,
-    // as in the pure-TF update (managers.py, _scale_read).
+    // as in the pure-TF update (npu_lossscale/tf/managers.py, _scale_read).
     const float stored = vars[0]->tensor()->flat<float>()(0);
     const float scale = stored >= min_scale_ ? stored : min_scale_;
     const int32_t good = vars[1]->tensor()->flat<int32_t>()(0);

@@ -79,5 +79,9 @@ def test_a_keras3_optimizer_is_refused_by_the_keras2_class() -> None:
     pytest.importorskip("tf_keras", reason="tf_keras not installed")
     from npu_lossscale.keras.keras2 import LossScaleOptimizer as Keras2LossScaleOptimizer
 
-    with pytest.raises(TypeError, match="Keras 3 optimizer.*TF_USE_LEGACY_KERAS"):
+    with pytest.raises(TypeError, match="Keras 3 optimizer.*TF_USE_LEGACY_KERAS") as raised:
         Keras2LossScaleOptimizer(keras.optimizers.SGD())
+    # what was found: the Keras 2 class named directly, in a process whose tf.keras is Keras 3
+    version = ".".join(tf.__version__.split(".")[:2])
+    assert f"TensorFlow {version}'s tf.keras is Keras 3" in str(raised.value)
+    assert "is Keras 2)" not in str(raised.value)

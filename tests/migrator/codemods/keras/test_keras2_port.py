@@ -3,7 +3,8 @@
 Which Keras a file runs decides the class the port names: `npu_lossscale.keras.LossScaleOptimizer`
 (resolved to the Keras the process runs) where the Keras is the installed TensorFlow's, Keras 2's
 class by its module where the file pins Keras 2 itself (tf_keras, TF_USE_LEGACY_KERAS set in a
-helper). The report says which it assumed and why. The ported trainers are run next to the
+helper, also one another file of the project defines: fixtures/migrator/keras2_project). The
+report says which it assumed and why. The ported trainers are run next to the
 unported originals, step by step (weights, iterations, scale, an overflowed step included): on
 TF 2.21 with tf_keras, and on TF 2.6.5's Keras 2.6 (marked `stacks`; it drives that stack's
 interpreter, the migrator itself needing Python 3.10+).
@@ -12,12 +13,13 @@ interpreter, the migrator itself needing Python 3.10+).
 from __future__ import annotations
 
 import ast
+import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, port_fixture_tree
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, port_fixture_tree, run_cli
 from script_runs import json_lines
 
 FIXTURES = MIGRATOR_FIXTURES / "keras2"
@@ -32,6 +34,13 @@ INF = "inf"
 def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("keras2_port")
     return port_fixture_tree(root, FIXTURES)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A two-file project: trainers and the helpers (keras_env.py) that choose their Keras."""
+    root = tmp_path_factory.mktemp("keras2_project")
+    return port_fixture_tree(root, MIGRATOR_FIXTURES / "keras2_project")
 
 
 def _text(ported: dict, name: str) -> str:
@@ -114,6 +123,10 @@ def test_the_experimental_wrapper_maps_its_loss_scale(ported) -> None:
         (["sgd"], {"initial_scale": "128", "dynamic_growth_steps": "2"}),
         (["sgd"], {"**": choice}),  # 'dynamic' or a number, chosen when the script runs
     ]
+    # the choice is wrapped to the file's own line length (its longest line fits in 99)
+    source = (FIXTURES / name).read_text(encoding="utf-8").splitlines()
+    assert 88 < max(map(len, source)) <= 99
+    assert max(map(len, _text(ported, name).splitlines())) <= 99
     note = _found(ported, name, "keras-version")
     assert "an API only Keras 2 has" in note[13]
     assert "'dynamic' or a number at run time" in _found(
@@ -167,16 +180,63 @@ def _same_steps(original: list[dict], port: list[dict], ours: str) -> None:
         )
 
 
-def test_the_legacy_env_trainer_trains_like_the_original_on_tf_keras(ported) -> None:
+@pytest.mark.parametrize(
+    ("tree", "script"), [("ported", "legacy_env_trainer.py"), ("project", "trainer.py")]
+)
+def test_a_legacy_env_trainer_trains_like_the_original_on_tf_keras(request, tree, script) -> None:
+    """TF_USE_LEGACY_KERAS set by a helper of the file, or of another file of the project."""
     pytest.importorskip("tf_keras")
+    ported = request.getfixturevalue(tree)
     factors = ("1", "1", INF, "1", "1")
-    original = _run(Path(sys.executable), ported["src"] / "legacy_env_trainer.py", *factors)
-    port = _run(Path(sys.executable), ported["out"] / "legacy_env_trainer.py", *factors)
+    original = _run(Path(sys.executable), ported["src"] / script, *factors)
+    port = _run(Path(sys.executable), ported["out"] / script, *factors)
     assert {s["keras"] for s in original + port} == {"tf_keras"}  # the helper's setting held
     _same_steps(original, port, "npu_lossscale.keras.keras2.")
     # the overflowed step applied nothing and halved the scale; iterations still advanced
     assert port[2]["w"] == port[1]["w"] and port[2]["scale"] == port[1]["scale"] / 2
     assert port[2]["iterations"] == 3
+
+
+def test_a_helper_of_another_file_that_sets_tf_use_legacy_keras_pins_keras_2(project) -> None:
+    name = "trainer.py"
+    assert KERAS_2 in _imports(project, name)
+    assert _calls(project, name) == [
+        (["sgd"], {"dynamic": "True", "initial_scale": "256", "dynamic_growth_steps": "2"})
+    ]
+    (note,) = _found(project, name, "keras-version").values()
+    assert note.startswith(
+        "Keras 2 assumed: line 31 calls `ensure_keras_v2`, which sets TF_USE_LEGACY_KERAS=1 ("
+    )
+    assert "keras_env.py:7)" in note
+    assert (project["out"] / "keras_env.py").read_bytes() == (
+        project["src"] / "keras_env.py"
+    ).read_bytes()
+    assert project["again"].returncode == 0, project["again"].stdout
+
+
+def test_a_helper_that_sets_it_in_a_branch_pins_nothing_and_the_report_says_so(project) -> None:
+    name = "branch_trainer.py"
+    assert GENERIC in _imports(project, name)
+    (note,) = _found(project, name, "keras-version").values()
+    assert note.startswith("Keras 2 or 3, whichever the installed TensorFlow ships")
+    assert "line 8 calls `maybe_keras_v2`, which sets TF_USE_LEGACY_KERAS only in a branch" in note
+    assert "keras_env.py:12)" in note
+
+
+def test_a_helper_in_a_file_not_given_to_the_run_is_not_seen(project, tmp_path) -> None:
+    """Only the files of the run are read: the trainer alone keeps the class resolved at import."""
+    report = tmp_path / "report.json"
+    out = tmp_path / "out"
+    done = run_cli("--output-dir", out, "--report", report, project["src"] / "trainer.py")
+    assert done.returncode == 0, done.stderr
+    assert GENERIC in (out / "trainer.py").read_text(encoding="utf-8")
+    (note,) = [
+        f["message"]
+        for f in json.loads(report.read_text())["findings"]
+        if f["rule"] == "keras-version"
+    ]
+    assert note.startswith("Keras 2 or 3, whichever the installed TensorFlow ships")
+    assert "ensure_keras_v2" not in note
 
 
 @pytest.mark.stacks

@@ -95,10 +95,12 @@ def test_tf21_experimental_loss_scale_becomes_keywords(ported: dict) -> None:
         (["tf.keras.optimizers.SGD(0.01)"], {"initial_scale": "64", "dynamic": "False"}),
     ]  # fmt: skip
     text = _text(ported, name)
-    # a loss scale held in a variable: "dynamic" or a number, chosen when the script runs
+    # a loss scale held in a variable: "dynamic" or a number, chosen when the script runs; on
+    # one line it would pass the 119 columns the file keeps, so it is wrapped within them
     choice = (
-        'LossScaleOptimizer(self.optimizer, **({} if loss_scale_value == "dynamic" else '
-        '{"initial_scale": loss_scale_value, "dynamic": False}))'
+        'LossScaleOptimizer(self.optimizer, **(\n'
+        '                    {} if loss_scale_value == "dynamic"\n'
+        '                    else {"initial_scale": loss_scale_value, "dynamic": False}))\n'
     )
     assert choice in text
     assert "DynamicLossScale(\n" not in text and "FixedLossScale" not in text

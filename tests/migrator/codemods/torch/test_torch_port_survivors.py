@@ -170,7 +170,7 @@ def test_a_use_above_the_imports_gets_the_library_import_after_the_providing_one
     where the port drops it), before the file's later torch imports."""
     ported, _ = _port(
         "def make():\n    return torch.cuda.amp.GradScaler()\n\n\n"
-        "import torch\nimport torch.nn\n\nscaler = make()\n"
+        "import torch\nimport torch.nn\n\nscaler = make()\nlayer = torch.nn.Linear(1, 1)\n"
     )
     assert "\nimport npu_lossscale.torch\nimport torch.nn\n" in ported
     assert _run(ported)["scaler"].get_scale() == 2.0**16
@@ -195,3 +195,27 @@ def test_only_a_scale_compared_with_a_number_in_0_1_keeps_torchs_rule(test: str,
     ported, findings = _port(GUARDED.format(test=test))
     assert ("min_loss_scale=0" in ported) is floor
     assert bool(_messages(findings, "warning", "torch-scale-below-one")) is floor
+
+
+@pytest.mark.parametrize(
+    ("source", "kept"),
+    [
+        # every read of torch was the scaler: the dotted import goes, as `import torch` would
+        ("import torch.cuda.amp\n\nscaler = torch.cuda.amp.GradScaler(enabled=False)\n", False),
+        # torch.cuda.amp is still read (autocast): the import stays
+        (
+            "import torch.cuda.amp\n\nscaler = torch.cuda.amp.GradScaler(enabled=False)\n"
+            "cast = torch.cuda.amp.autocast\n",
+            True,
+        ),
+    ],
+)
+def test_a_dotted_torch_import_goes_only_when_the_port_left_it_unused(
+    source: str, kept: bool
+) -> None:
+    ported, findings = _port(source)
+    assert ("import torch.cuda.amp\n" in ported) is kept
+    assert _run(ported)["scaler"].get_scale() == 1.0  # disabled: the scale reads 1.0
+    said = _messages(findings, "change", "torch-import")
+    gone = ("removed this import", "this import becomes")
+    assert any(m.startswith(gone) for m in said) is not kept
