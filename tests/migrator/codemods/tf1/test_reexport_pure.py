@@ -7,13 +7,11 @@ where the stack is built, on TF 1.15 beside the unported original."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
+from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, port_fixture_tree
 from script_runs import run_json
 
 FIXTURE = MIGRATOR_FIXTURES / "reexport_pure"
@@ -24,37 +22,31 @@ EXPECTED = [[0.9, 1.9], [0.9, 1.9], [0.8, 1.8]]
 
 
 @pytest.fixture(scope="module")
-def ported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
-    tmp = tmp_path_factory.mktemp("reexport")
-    src, out, report = tmp / "src", tmp / "out", tmp / "report.json"
-    shutil.copytree(FIXTURE, src)
-    proc = run_cli(src, "--output-dir", out, "--copy-unchanged", "--report", report)
-    assert proc.returncode == 0, proc.stderr
-    return src, out, json.loads(report.read_text(encoding="utf-8"))
+def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return port_fixture_tree(tmp_path_factory.mktemp("reexport"), FIXTURE)
 
 
 def test_a_pure_reexport_is_rebound_not_left(ported) -> None:
-    _, out, report = ported
+    out = ported["out"]
     module = (out / "project_scaling.py").read_text(encoding="utf-8")
     assert "from npu_lossscale import NPULossScaleOptimizer as LossScaleOptimizer" in module
     assert "tensorflow.contrib" not in module
     user = (out / "uses_project_scaling.py").read_text(encoding="utf-8")
     assert "from project_scaling import LossScaleOptimizer" in user
     assert "from npu_lossscale import FixedLossScaleManager" in user
-    mine = [f for f in report["findings"] if Path(f["path"]).name == "project_scaling.py"]
+    assert ported["again"].returncode == 0  # nothing changes a second time
+    mine = [f for f in ported["findings"] if Path(f["path"]).name == "project_scaling.py"]
     assert {(f["rule"], f["kind"]) for f in mine} == {("reexport", "change")}
 
 
 def test_the_ported_pair_trains_and_skips_the_overflowed_step(ported) -> None:
-    _, out, _ = ported
-    result = run_json(sys.executable, out, "run_steps.py")
+    result = run_json(sys.executable, ported["out"], "run_steps.py")
     assert result == {"optimizer": "NPULossScaleOptimizer", "weights": EXPECTED}
 
 
 @pytest.mark.skipif(not TF115.exists(), reason="the TF 1.15 stack is not built")
 def test_on_tf115_the_port_steps_as_the_unported_original(ported) -> None:
-    src, out, _ = ported
-    original = run_json(str(TF115), src, "run_steps.py")
-    port = run_json(str(TF115), out, "run_steps.py")
+    original = run_json(str(TF115), ported["src"], "run_steps.py")
+    port = run_json(str(TF115), ported["out"], "run_steps.py")
     assert original == {"optimizer": "LossScaleOptimizer", "weights": EXPECTED}
     assert port == {"optimizer": "NPULossScaleOptimizer", "weights": EXPECTED}
