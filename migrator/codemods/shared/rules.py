@@ -23,7 +23,6 @@ KERAS_LOSS_SCALE_OPTIMIZER = "keras-loss-scale-optimizer"
 KERAS_IMPORT = "keras-import"
 KERAS_IMPLICIT_LOSS_SCALE = "keras-implicit-loss-scale"
 KERAS_VERSION = "keras-version"  # which Keras a file's port assumed, and why
-KERAS_FOREIGN_LOSS_SCALE = "keras-foreign-loss-scale"
 
 # ----------------------------------------------------------------- both TF ports
 UNPORTED_API = "unported-api"

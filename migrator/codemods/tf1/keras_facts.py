@@ -6,9 +6,7 @@ an import of tf_keras, and a TF_USE_LEGACY_KERAS the file sets (with which tf.ke
 also inside a helper function of the file (`keras_version.KerasVersion` decides from them).
 A global mixed_float16 policy with no LossScaleOptimizer named anywhere is warned in `finish`:
 Keras then wraps the compiled optimizer in its own, whose inf/NaN check misses an NPU's saturated
-overflows. A LossScaleOptimizer the port does not know (another library's, such as
-SparseOperationKit's `sok.tf.keras.mixed_precision.LossScaleOptimizer`) is warned there too: it
-is left as it is, with its own overflow check.
+overflows.
 """
 
 from __future__ import annotations
@@ -40,8 +38,6 @@ class KerasFacts:
         # (setter, surely fp16, the Policy's own loss_scale argument)
         self.fp16_policies: list[tuple[cst.Call, bool, cst.BaseExpression | None]] = []
         self.names_lso = False
-        # the first LossScaleOptimizer named here that no port handles (node, qualified name)
-        self.foreign_lso: tuple[cst.CSTNode, str] | None = None
         # a program of its own (`if __name__ == "__main__"`) that shows no training at all
         # (an evaluation script) never compiles an optimizer for Keras to wrap
         self.entry_script = False
@@ -57,8 +53,6 @@ class KerasFacts:
             self.uses_v1 = True
         if name.endswith("LossScaleOptimizer"):
             self.names_lso = True
-            if self.foreign_lso is None and _foreign_lso(name):
-                self.foreign_lso = (node, name)
         if ".optimizers." in name or name.endswith(".GradientTape"):
             self.trains = True
 
@@ -112,20 +106,7 @@ class KerasFacts:
     def finish(self) -> None:
         """A global mixed_float16 policy makes Keras wrap the optimizer of model.compile() in its
         own LossScaleOptimizer, whose inf/NaN check cannot see an NPU's saturated overflows;
-        nothing in such a file names a loss-scale API to port, so it would pass unremarked. A
-        LossScaleOptimizer no port handles would pass unremarked too: it is warned once."""
-        if self.foreign_lso is not None:
-            node, name = self.foreign_lso
-            self.file.warn(
-                node,
-                rules.KERAS_FOREIGN_LOSS_SCALE,
-                f"`{name}` is a LossScaleOptimizer this tool does not port (another library's, "
-                "or one reached through a path it does not know); it is left as it is, with its "
-                "own overflow check (TensorFlow's and Keras's look for inf/NaN only, so in "
-                "saturation mode an overflowed step is applied): where that library allows, wrap "
-                "the inner optimizer in npu_lossscale.keras.LossScaleOptimizer (a tf.compat.v1 "
-                "one in npu_lossscale.NPULossScaleOptimizer) instead, or run in INF/NAN mode",
-            )
+        nothing in such a file names a loss-scale API to port, so it would pass unremarked."""
         if self.names_lso or (self.entry_script and not self.trains):
             return
         for call, surely, loss_scale in self.fp16_policies:
@@ -150,23 +131,6 @@ class KerasFacts:
                 "`model.compile(optimizer=npu_lossscale.keras.LossScaleOptimizer(opt), ...)` "
                 f"with an optimizer object (not a string), which Keras then leaves as it is{keep}",
             )
-
-
-# Where the names of LossScaleOptimizers that were ported already live (this library, the vendor's)
-_PORTED_HOMES = (api.LIBRARY, "npu_bridge", "npu_device")
-
-
-def _foreign_lso(name: str) -> bool:
-    """A LossScaleOptimizer (by its qualified name) that no port handles and no port wrote, in a
-    `mixed_precision` module of another package (`sparse_operation_kit.tf.keras.mixed_precision`).
-    A name taken from a module of the user's own (`utils.LossScaleOptimizer`) is not one: that is
-    a re-export, which the port of that module keeps bound to the ported class."""
-    parts = name.split(".")
-    return (
-        api.classify(name) is None
-        and parts[0] not in _PORTED_HOMES
-        and "mixed_precision" in parts[1:-1]
-    )
 
 
 _TRUE = ("1", "true", "True")  # the spellings TensorFlow reads as "use tf_keras"
