@@ -346,7 +346,7 @@ def _probe_one(
     stubs = [str(STUBS) + "/"] + ([str(BRIDGE_STUB) + "/"] if bridge else [])
     config = {"path": str(path), "root": None, "module": None, "stubs": stubs}
     config.update(style=style, scaled="NPULossScaleOptimizer" in source, bridge=bridge)
-    config.update(import_only=import_only)
+    config.update(import_only=import_only, tree=str(tree))
     if project is not None:
         root = tree / project.root
         parts = list(path.relative_to(root).with_suffix("").parts)

@@ -30,6 +30,10 @@ def where(error):  # the innermost frame of the failure in the project's files, 
               if not f.filename.startswith((sys.prefix, sys.base_prefix, "<"))]
     return f"{os.path.relpath(frames[-1].filename, root)}:{frames[-1].lineno}" if frames else ""
 
+def first_line(error):  # the tree's path as "<tree>" before the cut, so two trees compare equal
+    text = (str(error).splitlines() or [""])[0]
+    return text.replace(config["tree"], "<tree>")[:160] if config.get("tree") else text[:160]
+
 def stubs_used():
     names = sorted({name.split(".")[0] for name, m in list(sys.modules.items())
                     if (getattr(m, "__file__", None) or "").startswith(tuple(config["stubs"]))})
@@ -133,7 +137,7 @@ except ModuleNotFoundError as error:
         result["import"] = f"n/a (needs {error.name})" + stubs_used()
     print(json.dumps(result)); sys.exit(0)
 except Exception as error:
-    result["import"] = f"FAIL {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+    result["import"] = f"FAIL {type(error).__name__}: {first_line(error)}"
     result["import"] += stubs_used()
     result["where"] = where(error)
     print(json.dumps(result)); sys.exit(0)
@@ -195,7 +199,7 @@ if tf1 and callable(factory) and not config["import_only"]:
         try:
             outcome = train(hvd)
         except Exception as error:
-            outcome = f"FAIL {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+            outcome = f"FAIL {type(error).__name__}: {first_line(error)}"
         outcomes.append(outcome + (" (hvd=stub)" if hvd and outcome.startswith("FAIL") else ""))
     failed = [o for o in outcomes if o.startswith("FAIL")]
     result["train"] = failed[0] if failed else outcomes[0]
@@ -260,11 +264,11 @@ except ImportError as error:
     if "no known parent package" in str(error):  # `from . import x`: the file came alone
         result["import"] = f"n/a (needs its package); {bound}"
     else:
-        first = str(error).splitlines()[0][:160]
+        first = first_line(error)
         result["import"] = f"FAIL ImportError: {first}{stubs_used()}"
         result["where"] = where(error)
 except Exception as error:
-    first = str(error).splitlines()[0][:160]
+    first = first_line(error)
     result["import"] = f"FAIL {type(error).__name__}: {first}{stubs_used()}"
     result["where"] = where(error)
 print(json.dumps(result))

@@ -41,7 +41,8 @@ class Edits:
     rebinds: dict[cst.CSTNode, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.calls or self.refs or self.hoists)
+        # a rebind alone is a change too: a pure re-export module's import, rebound
+        return bool(self.calls or self.refs or self.hoists or self.rebinds)
 
 
 @dataclasses.dataclass

@@ -125,7 +125,11 @@ class FileImports:
             refs = self._references(node, bound)
             if scope is None or refs is None:
                 continue
-            if not refs:
+            if not refs and self._keep_reexport(node, scope, bound):
+                # A pure re-export another file of the run takes from here: rebound, not warned.
+                self.file.edits.removals.setdefault(node, set()).add(index)
+                self.removed_bindings.add((id(node), bound))
+            elif not refs:
                 # Nothing here to port, but the file still fails to import without tf.contrib.
                 self.file.warn(
                     node,
@@ -159,11 +163,12 @@ class FileImports:
                 node, rules.KERAS_IMPORT, f"removed the import of `{bound}`: no use is left"
             )
 
-    def _keep_reexport(self, node: cst.CSTNode, scope: Scope, bound: str) -> None:
+    def _keep_reexport(self, node: cst.CSTNode, scope: Scope, bound: str) -> bool:
         """Keep `bound` importable from this module when another file of the run imports it
-        (`from utils import LossScaleOptimizer`): bound to the npu_lossscale class instead."""
+        (`from utils import LossScaleOptimizer`): bound to the npu_lossscale class instead.
+        Whether it did."""
         if bound not in self.reexported or scope is not self.global_scope:
-            return
+            return False
         alias = next(
             (
                 a
@@ -174,7 +179,7 @@ class FileImports:
         )
         target = _CONTRIB_TO_NPU.get(dotted(alias.name)) if alias is not None else None
         if target is None:
-            return
+            return False
         self.file.edits.rebinds.setdefault(node, []).append((target, bound))
         self.file.change(
             node,
@@ -182,6 +187,7 @@ class FileImports:
             f"other files import `{bound}` from this module: it stays bound here, to "
             f"{api.LIBRARY}'s {target}",
         )
+        return True
 
     def _references(self, node: cst.CSTNode, bound: str) -> list[cst.CSTNode] | None:
         """Every use of the name an import binds (None: the scope is unknown)."""
