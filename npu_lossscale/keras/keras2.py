@@ -8,7 +8,8 @@ across replicas before the decision, ``iterations`` advancing on a skipped step,
 carry the scale. So these classes subclass it (both of tf_keras's: one for the classic
 ``optimizers.legacy`` optimizers, one for the newer ones) and change only what differs on an
 Ascend NPU: the state object that decides and moves the scale (``keras2_state``), the unscaling
-that turns a saturated element into inf (``overflow.unscale``), and the keyword-only extras.
+that turns a saturated element into inf (``overflow.unscale_with_statuses``: the fused CPU op where
+it is built, whose per-gradient verdicts the state then reuses), and the keyword-only extras.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import tensorflow as tf
 
 from npu_lossscale.keras import keras2_state
 from npu_lossscale.keras.checks import ARGUMENT_NAMES, check_keras2_inner, extras_config
-from npu_lossscale.keras.overflow import unscale
+from npu_lossscale.keras.overflow import unscale_with_statuses
 from npu_lossscale.keras.select import keras2
 from npu_lossscale.modes import OverflowMode, resolve_overflow_mode
 from npu_lossscale.rule import DynamicRule, check_optional_bool, manager_keywords
@@ -145,7 +146,10 @@ class _NPULossScaling:
         65504 comes back as inf, so the inf/NaN check in apply_gradients finds it wherever the
         gradients went in between."""
         self._gradients_have_been_unscaled = True  # tf_keras's warning bookkeeping
-        return unscale(list(grads), self.loss_scale, self.overflow_mode)
+        scale = self.loss_scale
+        unscaled, statuses = unscale_with_statuses(list(grads), scale, self.overflow_mode)
+        self._loss_scale.remember(unscaled, statuses, scale)
+        return unscaled
 
     def get_config(self) -> dict:
         config = super().get_config()  # type: ignore[misc]

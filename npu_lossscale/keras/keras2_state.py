@@ -19,7 +19,7 @@ from typing import Any
 import tensorflow as tf
 
 from npu_lossscale.keras import scale_repair
-from npu_lossscale.keras.overflow import agreed_finite, local_finite
+from npu_lossscale.keras.overflow import agreed_finite, decided, local_finite
 from npu_lossscale.modes import OverflowMode
 from npu_lossscale.rule import DynamicRule
 from npu_lossscale.tf.rule_ops import next_rule_state
@@ -64,6 +64,8 @@ def state_class(stock_state: type) -> type:
                     name="skips_at_floor", dtype=tf.int64, initial_value=0
                 )
             self._skipped = self._add_weight(name="skipped_steps", dtype=tf.int64, initial_value=0)
+            self._known: dict[Any, tf.Tensor] = {}
+            self._known_scale: Any = None
 
         def __call__(self) -> tf.Tensor:
             if not self.dynamic:
@@ -74,10 +76,34 @@ def state_class(stock_state: type) -> type:
         def skipped(self) -> tf.Variable:
             return self._skipped
 
-        def _agreed_finite(self, grads: Sequence[Any]) -> tf.Tensor:
+        def remember(self, grads: Sequence[Any], statuses: Sequence[Any], scale: Any) -> None:
+            """What get_unscaled_gradients found while unscaling (``overflow.
+            unscale_with_statuses``): the overflow status of each gradient tensor it handed out,
+            and the scale it divided by. Only the latest call's are kept."""
+            self._known = {g.ref(): s for g, s in zip(grads, statuses) if s is not None}
+            self._known_scale = scale
+
+        def _local_finite(self, grads: Sequence[Any]) -> tf.Tensor:
             # The gradients are unscaled: get_unscaled_gradients has turned every element that
-            # saturated (SATURATION mode) into inf, so the inf/NaN rule decides both modes.
-            return agreed_finite(local_finite(grads, OverflowMode.INF_NAN), self.is_distributed)
+            # saturated (SATURATION mode) into inf, so the inf/NaN rule decides both modes. For
+            # the tensors it handed out untouched, it has asked that question already.
+            statuses, unknown = decided(grads, self._known)
+            if not statuses:
+                return local_finite(unknown, OverflowMode.INF_NAN)
+            known = [g for g in grads if isinstance(g, tf.Tensor) and g.ref() in self._known]
+            # Below 1 (a restored or broken scale, repaired by this update) unscaling can turn a
+            # finite gradient into inf, which the status, read before unscaling, cannot show.
+            finite = tf.cond(
+                self._known_scale >= 1.0,
+                lambda: tf.equal(tf.add_n(statuses), 0.0),
+                lambda: local_finite(known, OverflowMode.INF_NAN),
+            )
+            if unknown:
+                finite = tf.logical_and(finite, local_finite(unknown, OverflowMode.INF_NAN))
+            return finite
+
+        def _agreed_finite(self, grads: Sequence[Any]) -> tf.Tensor:
+            return agreed_finite(self._local_finite(grads), self.is_distributed)
 
         def update(self, grads: Any) -> tuple[Any, tf.Tensor]:
             """(update op, should_apply), where Keras 2's own state returns them."""
@@ -92,6 +118,7 @@ def state_class(stock_state: type) -> type:
                 finite = strategy.experimental_local_results(per_replica)[0]
             else:
                 finite = self._agreed_finite(grads)
+            self._known, self._known_scale = {}, None
             update_op = tf.cond(finite, lambda: self._after(True), lambda: self._after(False))
             return update_op, finite
 

@@ -107,20 +107,77 @@ def unscale(grads: Sequence[Any], scale: tf.Tensor, mode: OverflowMode) -> list[
     An element whose scaled magnitude reached 65504 (or was inf/NaN already) comes back as
     +-inf (NaN stays NaN), so that whatever the caller does with the gradients before
     apply_gradients -- pass them to another tf.function, sum micro-batches, apply a subset --
-    the overflow travels with them and an inf/NaN check finds it. Half-precision gradients are
-    divided in float32 and cast back (the scale itself may not fit in float16).
+    the overflow travels with them and an inf/NaN check finds it. Float32 and half-precision
+    gradients are multiplied by the float32 reciprocal of the scale (half precision cast back:
+    the scale itself may not fit in float16), as Keras 2's own class and the fused op do, so the
+    two paths of ``unscale_with_statuses`` agree bit for bit; float64 ones are divided.
     """
     saturation = mode is OverflowMode.SATURATION
+    reciprocal = tf.math.reciprocal(tf.cast(scale, tf.float32))
 
     def divide(values: tf.Tensor) -> tf.Tensor:
-        wide = values if values.dtype in (tf.float32, tf.float64) else tf.cast(values, tf.float32)
-        unscaled = wide / tf.cast(scale, wide.dtype)
+        if values.dtype == tf.float64:
+            wide, unscaled = values, values / tf.cast(scale, tf.float64)
+        else:
+            wide = values if values.dtype == tf.float32 else tf.cast(values, tf.float32)
+            unscaled = wide * reciprocal
         if saturation:
             saturated = tf.logical_not(tf.abs(wide) < FP16_SATURATION_VALUE)
             unscaled = tf.where(saturated, wide * float("inf"), unscaled)
         return unscaled if unscaled.dtype == values.dtype else tf.cast(unscaled, values.dtype)
 
     return [map_values(g, divide) for g in grads]
+
+
+def unscale_with_statuses(
+    grads: Sequence[Any], scale: tf.Tensor, mode: OverflowMode
+) -> tuple[list[Any], list[Any]]:
+    """``unscale``'s gradients, and for each the overflow status found on the way (a float32
+    scalar, 0 when that gradient is clean under ``mode``; None where nothing was checked).
+
+    Dense float32 gradients go through the fused CPU op where it is built: one pass that
+    unscales and checks, where ``unscale`` alone makes five in SATURATION mode (abs, compare,
+    not, multiply, select) and the inf/NaN check of apply_gradients reads the result again. The
+    op marks nothing, so when some gradient saturated, one branch redoes those gradients the
+    per-element way (``unscale``): the values handed back are ``unscale``'s in every case. The
+    statuses let apply_gradients skip its own check of these very tensors (``decided``).
+    """
+    grads = list(grads)
+    fusable = [fused_candidate(g) for g in grads]
+    ops = kernels.fused_ops(warn=False) if any(fusable) and not kernels.in_xla_context() else None
+    if ops is None:
+        return unscale(grads, scale, mode), [None] * len(grads)
+    saturation = mode is OverflowMode.SATURATION
+    scale32 = tf.cast(scale, tf.float32)
+    result = unscale([None if f else g for g, f in zip(grads, fusable)], scale, mode)
+    statuses: list[Any] = [None] * len(grads)
+    fused = [i for i, f in enumerate(fusable) if f]
+    for i in fused:
+        result[i], statuses[i] = ops.npu_unscale_and_check(grads[i], scale32, saturation=saturation)
+    if saturation:  # inf and NaN pass through the multiply; a saturated finite value does not
+        clean = tf.equal(tf.add_n([statuses[i] for i in fused]), 0.0)
+        marked = tf.cond(
+            clean,
+            lambda: tuple(result[i] for i in fused),
+            lambda: tuple(unscale([grads[i] for i in fused], scale, mode)),
+        )
+        for i, value in zip(fused, marked):
+            result[i] = value
+    return result, statuses
+
+
+def decided(grads: Sequence[Any], known: dict[Any, tf.Tensor]) -> tuple[list[tf.Tensor], list[Any]]:
+    """The statuses ``known`` holds for these very gradient tensors, and the gradients it does
+    not know (to be checked as usual). A gradient changed after unscaling is a new tensor, so
+    only what ``unscale_with_statuses`` handed out, untouched, is taken on its word."""
+    statuses, unknown = [], []
+    for grad in grads:
+        status = known.get(grad.ref()) if isinstance(grad, tf.Tensor) else None
+        if status is None:
+            unknown.append(grad)
+        else:
+            statuses.append(status)
+    return statuses, unknown
 
 
 def _strategy_replicas() -> int:

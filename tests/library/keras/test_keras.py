@@ -406,9 +406,11 @@ def test_the_check_decides_as_the_tf1_check(scale: float) -> None:
             assert got == expected, (mode, grads, scale)
     decided = [0.0 if local_finite(g, OverflowMode.SATURATION) else 1.0 for g in cases]
     assert decided == [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
-    # Clean values come back divided exactly as tf_keras divides them, the dtype kept.
+    # Clean values come back exactly as tf_keras and TF 2.6's Keras unscale them (a multiply by
+    # the float32 reciprocal: 655.02997 where a division gives 655.03003 at 100), the dtype kept.
     clean = unscale(
         [tf.constant([65503.0, -3.0]), tf.constant([2.0], tf.float16)], scale, OverflowMode.INF_NAN
     )
-    assert clean[0].numpy().tolist() == (np.float32([65503.0, -3.0]) / np.float32(scale)).tolist()
+    reciprocal = np.float32(1.0) / np.float32(scale)
+    assert clean[0].numpy().tolist() == (np.float32([65503.0, -3.0]) * reciprocal).tolist()
     assert clean[1].dtype == tf.float16

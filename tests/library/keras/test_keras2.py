@@ -141,6 +141,47 @@ def test_saturation_judges_the_scaled_magnitude(mode: str, applied: bool) -> Non
     assert below.numpy() == -32751.0
 
 
+@pytest.fixture(params=["fused", "pure"])
+def unscale_path(request, monkeypatch) -> str:
+    """Each test twice: with the fused CPU op where it builds, and on the pure-TF path."""
+    if request.param == "pure":
+        monkeypatch.setenv("NPU_LOSSSCALE_FUSED", "0")
+    return request.param
+
+
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+def test_unscaled_gradients_carry_the_overflow_and_decide_the_step(unscale_path, mode) -> None:
+    big, small = tf.Variable([0.0, 0.0]), tf.Variable([0.0, 0.0])
+    opt = LossScaleOptimizer(_sgd("classic"), initial_scale=2.0, overflow_mode=mode)
+    with tf.GradientTape() as tape:  # scaled gradients [65504, 2] and [6, -4]
+        loss = tf.reduce_sum(tf.constant([32752.0, 1.0]) * big)
+        loss += tf.reduce_sum(tf.constant([3.0, -2.0]) * small)
+        scaled = opt.get_scaled_loss(loss)
+    g_big, g_small = opt.get_unscaled_gradients(tape.gradient(scaled, [big, small]))
+    expected_big = [np.inf if mode == "saturation" else 32752.0, 1.0]
+    assert g_big.numpy().tolist() == expected_big and g_small.numpy().tolist() == [3.0, -2.0]
+    opt.apply_gradients([(g_big, big), (g_small, small)])
+    applied = mode == "inf_nan"
+    assert big.numpy().tolist() == ([-32752.0, -1.0] if applied else [0.0, 0.0])
+    assert small.numpy().tolist() == ([-3.0, 2.0] if applied else [0.0, 0.0])
+    assert int(opt.skipped_steps) == (0 if applied else 1)
+
+
+def test_gradients_changed_after_unscaling_are_checked_again(unscale_path) -> None:
+    var, other = tf.Variable([0.0, 0.0]), tf.Variable([0.0, 0.0])
+    opt = LossScaleOptimizer(_sgd("classic"), initial_scale=4.0, overflow_mode="saturation")
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.constant([1.0, 2.0]) * var)
+        loss += tf.reduce_sum(tf.constant([16376.0, 1.0]) * other)  # scaled: 65504 saturates
+        scaled = opt.get_scaled_loss(loss)
+    clean, saturated = opt.get_unscaled_gradients(tape.gradient(scaled, [var, other]))
+    opt.apply_gradients([(clean * np.inf, var)])  # a clean gradient made inf afterwards
+    assert var.numpy().tolist() == [0.0, 0.0] and int(opt.skipped_steps) == 1
+    opt.apply_gradients([(clean, var)])  # its saturated neighbour is not applied: no skip
+    assert var.numpy().tolist() == [-1.0, -2.0] and int(opt.skipped_steps) == 1
+    assert saturated.numpy()[0] == np.inf
+
+
 def test_model_fit_under_mixed_float16_trains_and_moves_the_scale() -> None:
     k2.mixed_precision.set_global_policy("mixed_float16")
     try:
