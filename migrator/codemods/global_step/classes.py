@@ -98,11 +98,25 @@ class ClassReader:
             )
         assert isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
         reads = _step_reads(apply, info.step_param)
-        if reads and (_rebinds(apply, info.step_param) or names_in(apply, NEW_STEP)):
+        shadow = _shadowing_local(apply, info.step_param)
+        if shadow is not None:
+            # NEZHA's LAMB: `global_step = tf.train.get_or_create_global_step() + 1` before any
+            # read of the parameter. Its reads are of that local, computed from the variable
+            # before this step's updates (the increment waits for them), as before the move;
+            # the local is renamed so the increment advances the parameter, not the tensor.
+            info.shadow = (shadow, _uses(apply.body, info.step_param))
+            reads = []
+        elif reads and _rebinds(apply, info.step_param):
             return self._unsupported(
                 info,
-                f"its apply_gradients reads {info.step_param} but also rebinds it or already uses "
-                f"the name `{NEW_STEP}`, so the read of the advanced step cannot be written",
+                f"its apply_gradients reads {info.step_param} but also rebinds it, so the read "
+                "of the advanced step cannot be written",
+            )
+        if reads and names_in(apply, NEW_STEP):
+            return self._unsupported(
+                info,
+                f"its apply_gradients reads {info.step_param} but already uses the name "
+                f"`{NEW_STEP}`, so the read of the advanced step cannot be written",
             )
         info.step_reads = reads
         info.state = "insertable"
@@ -192,6 +206,38 @@ def _step_reads(apply: cst.FunctionDef, step: str) -> list[cst.Name]:
         for n in collect(apply.body, cst.Name, enter_defs=True)
         if n.value == step and id(n) not in tests
     ]
+
+
+def _shadowing_local(apply: cst.FunctionDef, step: str) -> str | None:
+    """A fresh name for `step` where the method's first statement naming it binds it to a value
+    that does not read it (`step = <expr>`), at the top of the body, and nothing binds it in a
+    nested function: the parameter is never read, every later use is of that local."""
+    body = apply.body.body if isinstance(apply.body, cst.IndentedBlock) else ()
+    first = next((stmt for stmt in body if names_in(stmt, step)), None)
+    if not (isinstance(first, cst.SimpleStatementLine) and len(first.body) == 1):
+        return None
+    assign = first.body[0]
+    if not (
+        isinstance(assign, cst.Assign)
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+        and assign.targets[0].target.value == step
+        and not names_in(assign.value, step)
+    ):
+        return None
+    if any(names_in(fn, step) for fn in collect(apply.body, cst.FunctionDef, cst.Lambda)):
+        return None
+    fresh = f"{step}_read"
+    while names_in(apply, fresh):
+        fresh += "_"
+    return fresh
+
+
+def _uses(body: cst.CSTNode, name: str) -> list[cst.Name]:
+    """Every Name node of the variable `name` (not `x.name`, not a keyword `name=`)."""
+    others = {id(a.attr) for a in collect(body, cst.Attribute)}
+    others |= {id(a.keyword) for a in collect(body, cst.Arg) if a.keyword is not None}
+    return [n for n in collect(body, cst.Name) if n.value == name and id(n) not in others]
 
 
 def _rebinds(apply: cst.FunctionDef, step: str) -> bool:

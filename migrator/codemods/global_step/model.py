@@ -78,6 +78,10 @@ class OptimizerClass:
     # Loads of the step parameter in apply_gradients (not its `is None` tests): the update reads
     # the step it makes, so these read `new_global_step` once the increment moves in.
     step_reads: list[cst.Name] = dataclasses.field(default_factory=list)
+    # A local that shadows the step parameter before any read of it (NEZHA's LAMB rebinds
+    # `global_step` to the variable's value + 1): its new name and its Name nodes, renamed so the
+    # increment moved in advances the parameter.
+    shadow: tuple[str, list[cst.Name]] | None = None
 
 
 @dataclasses.dataclass

@@ -437,6 +437,8 @@ def rewrite(
             reads=bool(cls.step_reads),
         )
         edits.insertions[id(cls.apply)] = closing
+        if cls.shadow is not None:
+            edits.renames.update((id(n), cls.shadow[0]) for n in cls.shadow[1])
         if opening:
             edits.openings[id(cls.apply)] = opening
             edits.renames.update((id(n), NEW_STEP) for n in cls.step_reads)
@@ -452,6 +454,12 @@ def rewrite(
                     f"; its reads of {cls.step_param} now read {NEW_STEP} = "
                     f"{cls.step_param} + 1, the step being made, as under TF 1.15"
                     if opening
+                    else ""
+                )
+                + (
+                    f"; its own local `{cls.step_param}` (set before any read of the argument) "
+                    f"is now `{cls.shadow[0]}`, so the increment advances the argument"
+                    if cls.shadow is not None
                     else ""
                 ),
             )

@@ -273,6 +273,11 @@ class KerasPort:
         inner = site.call.args[site.bound[_INNER[site.spelling]]].value
         if self.tf1.optimizer_flavour(inner) is not None:
             return
+        if site.spelling != "graph-rewrite" and target != version.KERAS_2_TARGET:
+            # Keras's own wrapper, replaced by ours for the same Keras: both take the same
+            # optimizers (and reject the same), so the port does not depend on the kind. The
+            # graph rewrite is warned: tf.compat.v1's (and TF 1's) also takes v1 optimizers.
+            return
         assumed = ""
         if site.spelling == "graph-rewrite":
             assumed = (

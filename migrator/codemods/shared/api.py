@@ -131,6 +131,22 @@ def classify(name: str) -> Kind | None:
     return None
 
 
+# Other libraries' TensorFlow loss-scale optimizers, which the port leaves as they are: each
+# checks for inf/NaN only (SparseOperationKit's subclasses TF 1.15's experimental Keras class).
+# Module prefix -> what the warning calls it.
+_FOREIGN_LOSS_SCALE = {
+    "sparse_operation_kit.": "HugeCTR SparseOperationKit's",
+}
+
+
+def foreign_loss_scale(name: str) -> str | None:
+    """What another library's look-alike LossScaleOptimizer is, or None: a canonical name whose
+    class is a LossScaleOptimizer from a library the port does not rewrite."""
+    if not name.rpartition(".")[2].endswith("LossScaleOptimizer"):
+        return None
+    return next((what for p, what in _FOREIGN_LOSS_SCALE.items() if name.startswith(p)), None)
+
+
 # How the note on a ported graph rewrite begins (the TF1 and the Keras port each go on in their
 # own words); a file left as it is (on npu_bridge) drops the note by it.
 PORTED_REWRITE_NOTE = "review by hand: only the loss scaling was ported"

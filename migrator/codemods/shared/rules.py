@@ -17,6 +17,7 @@ GRAPH_REWRITE = "graph-rewrite"
 MANAGER_IN_CONTROL_DEPS = "manager-in-control-deps"
 SUBCLASS_OVERRIDE = "subclass-override"
 NPU_BRIDGE = "npu-bridge"
+TF_FOREIGN_LOSS_SCALE = "tf-foreign-loss-scale"
 
 # ----------------------------------------------------------------- Keras
 KERAS_LOSS_SCALE_OPTIMIZER = "keras-loss-scale-optimizer"

@@ -50,6 +50,7 @@ class ApiReferences:
         # names any import binds (None: a star import binds unknown ones); only a reference
         # rooted at one of them can be an API the port handles
         self._imported_roots: set[str] | None = None
+        self._foreign_warned: set[str] = set()  # libraries whose loss-scale class was warned
 
     def visit_Module(self, node: cst.Module) -> None:
         self._imported_roots = _imported_roots(node)
@@ -104,11 +105,32 @@ class ApiReferences:
             self.keras_facts.saw(name, node)
         kind = api.classify(name) if name is not None else None
         if kind is None:
+            if name is not None and api.foreign_loss_scale(name) is not None:
+                self._foreign(node, name)
+                return False
             return True
         parent = self.file.parent(node)
         call = parent if isinstance(parent, cst.Call) and parent.func is node else None
         self.handlers[kind](node, call, kind, name or "")
         return False
+
+    def _foreign(self, node: cst.Name | cst.Attribute, name: str) -> None:
+        """Another library's LossScaleOptimizer: left, and warned once per library and file,
+        since nothing else in such a file may name a loss-scale API to port."""
+        library = name.split(".")[0]
+        if library in self._foreign_warned:
+            return
+        self._foreign_warned.add(library)
+        self.file.warn(
+            node,
+            rules.TF_FOREIGN_LOSS_SCALE,
+            f"`{code(node)}` ({api.foreign_loss_scale(name)} LossScaleOptimizer) is left as it "
+            "is: its overflow check looks for inf/NaN only, so on an Ascend NPU in saturation "
+            "mode, where an overflow is clamped to the fp16 maximum (65504), an overflowed step "
+            "is applied; wrap the optimizer in npu_lossscale.keras.LossScaleOptimizer (Keras) or "
+            "npu_lossscale.NPULossScaleOptimizer (tf.compat.v1) where the library allows it, or "
+            "run in INF/NAN mode",
+        )
 
     def _getattr(self, call: cst.Call) -> None:
         if not call.args:

@@ -153,12 +153,10 @@ def test_a_name_still_bound_to_keras_gets_an_alias(ported: dict) -> None:
     assert alias in imports
     assert len(_calls(ported, name, "NPUKerasLossScaleOptimizer")) == 2
     assert "isinstance(optimizer, LossScaleOptimizer)" in _text(ported, name)
-    # Keras 3's isinstance() holds for ours: no warning there; the only one is that the wrapped
-    # optimizer is a parameter, whose kind (Keras 3 or 2) the file does not show
-    warned = {
-        line: [f["rule"] for f in found] for line, found in _found(ported, name, "warning").items()
-    }
-    assert warned == {8: ["optimizer-kind-unknown"]}
+    # Keras 3's isinstance() holds for ours: no warning there; nor for the wrapped optimizer, a
+    # parameter of unseen kind: ours takes the optimizers Keras's own wrapper of the same Keras
+    # takes, so the port does not depend on it
+    assert _found(ported, name, "warning") == {}
 
 
 def test_an_import_left_unused_is_replaced(ported: dict) -> None:
