@@ -51,7 +51,13 @@ AREAS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "tf/managers": (
         ["npu_lossscale/tf/managers.py"],
-        ["tests/library/tf/test_managers.py", "tests/library/keras/test_keras_managers.py"],
+        [
+            "tests/library/tf/test_managers.py",
+            "tests/library/keras/test_keras_managers.py",
+            "tests/library/tf/test_contrib_contract.py",
+            "tests/library/tf/test_tf_mutation_kills.py",
+            "tests/library/tf/test_variable_kinds.py",
+        ],
     ),
     "tf/optimizer": (
         ["npu_lossscale/tf/optimizer.py", "npu_lossscale/tf/gating.py"],

@@ -218,3 +218,46 @@ def test_hccl_sums_the_flag_over_the_ranks(ranks: int | None) -> None:
             np.testing.assert_array_equal(session.run(w), [1.0, -2.0])
             session.run(train_op, {ops.peer: 0.0})
             np.testing.assert_array_equal(session.run(w), [0.5, -1.0])
+
+
+@pytest.mark.parametrize("factor", [float("inf"), float("nan")])
+def test_an_inf_or_nan_made_after_a_clean_backward_pass_skips_the_step(factor: float) -> None:
+    """The backward pass is clean, but what the script does to its gradients before applying
+    them (here a rescale by a fed factor) makes inf/NaN: that step is skipped and the scale
+    backs off; the same script with a finite factor applies."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+        k = tf.compat.v1.placeholder(tf.float32, [])
+        manager = ExponentialUpdateLossScaleManager(
+            256, 100, decr_every_n_nan_or_inf=1, decr_ratio=0.5, overflow_mode="inf_nan"
+        )
+        optimizer = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), manager)
+        grads = optimizer.compute_gradients(0.5 * tf.reduce_sum(w * w))
+        train_op = optimizer.apply_gradients([(g * k, v) for g, v in grads])
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op, {k: 1.0})  # w - 0.5 * w
+            np.testing.assert_array_equal(session.run(w), [0.5, -1.0])
+            session.run(train_op, {k: factor})
+            np.testing.assert_array_equal(session.run(w), [0.5, -1.0])
+            assert session.run([manager.get_loss_scale(), manager.skipped_steps]) == [128.0, 1]
+
+
+def test_an_eager_scale_restored_below_the_floor_is_read_as_the_floor_and_said(
+    caplog, tmp_path
+) -> None:
+    """Eagerly, a checkpoint whose scale (1) is below this manager's floor (4) reads as the
+    floor, with a warning; a scale at or above the floor reads as itself, silently."""
+    written = {}
+    for scale in (1.0, 4.0, 64.0):
+        source = ExponentialUpdateLossScaleManager(scale, 100)
+        written[scale] = tf.train.Checkpoint(manager=source).write(str(tmp_path / str(scale)))
+    for scale, expected, warned in ((1.0, 4.0, True), (4.0, 4.0, False), (64.0, 64.0, False)):
+        manager = ExponentialUpdateLossScaleManager(16.0, 100, min_loss_scale=4.0)
+        tf.train.Checkpoint(manager=manager).read(written[scale]).assert_consumed()
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="npu_lossscale"):
+            assert float(manager.get_loss_scale()) == expected
+        said = "restored loss scale 1.0 is below min_loss_scale (4)" in caplog.text
+        assert said is warned, (scale, caplog.text)
