@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from npu_lossscale import (
     ExponentialUpdateLossScaleManager,
+    LossScaleManager,
     NPULossScaleOptimizer,
 )
 from npu_lossscale.tf.distributed import HcclReducer, NoDistributedEngineError, detect_engine
@@ -261,3 +262,51 @@ def test_an_eager_scale_restored_below_the_floor_is_read_as_the_floor_and_said(
             assert float(manager.get_loss_scale()) == expected
         said = "restored loss scale 1.0 is below min_loss_scale (4)" in caplog.text
         assert said is warned, (scale, caplog.text)
+
+
+def test_a_manager_subclass_without_an_update_says_what_to_implement() -> None:
+    """A LossScaleManager subclass that gives the scale but neither update: building the step
+    says which method to write (not a TypeError from deep inside); one that writes
+    tf.contrib's update_loss_scale gets the agreed flag through update_with_agreed_flag."""
+
+    class OnlyScale(LossScaleManager):
+        def get_loss_scale(self) -> tf.Tensor:
+            return tf.constant(8.0)
+
+    class ContribStyle(OnlyScale):
+        def __init__(self) -> None:
+            self.seen = []
+
+        def update_loss_scale(self, finite_grads):
+            self.seen.append(finite_grads)
+            return tf.no_op()
+
+    graph = tf.Graph()
+    with graph.as_default():
+        with pytest.raises(NotImplementedError, match=r"OnlyScale must implement update_loss_s"):
+            OnlyScale("inf_nan").update_with_agreed_flag(tf.constant(True))
+        manager = ContribStyle()
+        flag = tf.constant(False)
+        manager.update_with_agreed_flag(flag)
+        assert len(manager.seen) == 1 and manager.seen[0] is flag
+
+
+@pytest.mark.parametrize(
+    ("given", "hint", "not_said"),
+    [
+        (1024, "pass FixedLossScaleManager(1024)", "npu_lossscale.torch"),
+        ("dynamic", "pass ExponentialUpdateLossScaleManager(init_loss_scale=2**15", "torch"),
+        ("torch", "that is npu_lossscale.torch's manager, for GradScaler", "pass Fixed"),
+    ],
+)
+def test_a_wrong_manager_is_refused_with_what_was_meant(given, hint, not_said) -> None:
+    """A scale number, TF's old 'dynamic', or the torch front-end's manager where the TF1 one
+    goes: each refusal says what to pass instead, and only that."""
+    if given == "torch":
+        from npu_lossscale.torch.managers import FixedLossScaleManager as TorchFixed
+
+        given = TorchFixed(1024)
+    with pytest.raises(ValueError, match="loss_scale_manager must be") as refused:
+        NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), given)
+    assert hint in str(refused.value)
+    assert not_said not in str(refused.value)
