@@ -65,6 +65,7 @@ AREAS: dict[str, tuple[list[str], list[str]]] = {
             "tests/library/tf/test_optimizer.py",
             "tests/library/tf/test_gating.py",
             "tests/library/tf/test_checkpoint_eager.py",
+            "tests/library/tf/test_contrib_contract.py",
             "tests/library/tf/test_tf_mutation_kills.py",
         ],
     ),
