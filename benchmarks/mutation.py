@@ -51,7 +51,13 @@ AREAS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "tf/managers": (
         ["npu_lossscale/tf/managers.py"],
-        ["tests/library/tf/test_managers.py", "tests/library/keras/test_keras_managers.py"],
+        [
+            "tests/library/tf/test_managers.py",
+            "tests/library/keras/test_keras_managers.py",
+            "tests/library/tf/test_contrib_contract.py",
+            "tests/library/tf/test_tf_mutation_kills.py",
+            "tests/library/tf/test_variable_kinds.py",
+        ],
     ),
     "tf/optimizer": (
         ["npu_lossscale/tf/optimizer.py", "npu_lossscale/tf/gating.py"],
@@ -59,6 +65,7 @@ AREAS: dict[str, tuple[list[str], list[str]]] = {
             "tests/library/tf/test_optimizer.py",
             "tests/library/tf/test_gating.py",
             "tests/library/tf/test_checkpoint_eager.py",
+            "tests/library/tf/test_contrib_contract.py",
             "tests/library/tf/test_tf_mutation_kills.py",
         ],
     ),
@@ -155,12 +162,18 @@ def _in_annotation(root: Path, item, cache: dict) -> bool:
     return any(begin <= start < end for begin, end in cache[path])
 
 
-def _test_command(tests: list[str]) -> str:
-    return f"{sys.executable} -m pytest -x -q -p no:cacheprovider -o addopts='' " + " ".join(tests)
+def _test_command(root: Path, tests: list[str]) -> str:
+    # PYTHONPATH, not only the working directory: tests that start a worker script (the
+    # MirroredStrategy, multi-worker and gloo scenarios) would otherwise import npu_lossscale
+    # from wherever it is installed, and a mutant of the copy would never run there.
+    return (
+        f"env PYTHONPATH={root} {sys.executable} -m pytest -x -q -p no:cacheprovider "
+        "-o addopts='' " + " ".join(tests)
+    )
 
 
-def _config(modules: list[str], tests: list[str], timeout: float) -> str:
-    command = _test_command(tests)
+def _config(root: Path, modules: list[str], tests: list[str], timeout: float) -> str:
+    command = _test_command(root, tests)
     listed = ", ".join(f'"{m}"' for m in modules)
     return (
         "[cosmic-ray]\n"
@@ -192,7 +205,7 @@ def _run_area(area: str, root: Path, sample: int, seed: int, timeout: float) -> 
         return outcome
     # A suite that fails (or fails to collect) unmutated would count every mutant as killed.
     baseline = subprocess.run(
-        _test_command(tests), shell=True, cwd=root, capture_output=True, text=True
+        _test_command(root, tests), shell=True, cwd=root, capture_output=True, text=True
     )
     if baseline.returncode != 0:
         tail = "\n".join(baseline.stdout.splitlines()[-5:])
@@ -200,7 +213,7 @@ def _run_area(area: str, root: Path, sample: int, seed: int, timeout: float) -> 
     slug = area.replace("/", "_")
     config = root / f"mutation-{slug}.toml"
     session = root / f"mutation-{slug}.sqlite"
-    config.write_text(_config(modules, tests, timeout), encoding="utf-8")
+    config.write_text(_config(root, modules, tests, timeout), encoding="utf-8")
     cosmic_ray = str(Path(sys.executable).parent / "cosmic-ray")
     subprocess.run([cosmic_ray, "init", str(config), str(session)], cwd=root, check=True)
     with use_db(str(session), WorkDB.Mode.open) as db:

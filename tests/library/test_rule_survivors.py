@@ -85,3 +85,16 @@ def test_a_ratio_that_is_1_in_float32_is_refused(keyword: str, value: float) -> 
     ratios = {"incr_ratio": 2.0, "decr_ratio": 0.5, keyword: value}
     with pytest.raises(ValueError, match=f"{keyword} must be a finite number in"):
         DynamicRule.validated(8, 1, 1, ratios["incr_ratio"], ratios["decr_ratio"])
+
+
+@pytest.mark.parametrize("keyword", ["init", "min_loss_scale", "max_loss_scale"])
+@pytest.mark.parametrize("value", [3.5e38, 1e39])
+def test_a_scale_past_float32_is_refused(keyword: str, value: float) -> None:
+    """A finite Python number above float32's largest (3.4028235e38) would be inf on the device:
+    refused as the initial scale, the floor or the ceiling, not stored as inf."""
+    init = value if keyword == "init" else 8.0
+    extras = {} if keyword == "init" else {keyword: value}
+    if keyword == "min_loss_scale":
+        init = value  # an init below a floor is refused for another reason
+    with pytest.raises(ValueError, match="that fits in float32; got"):
+        DynamicRule.validated(init, 1, 1, 2, 0.5, **extras)

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from npu_lossscale import (
     ExponentialUpdateLossScaleManager,
+    LossScaleManager,
     NPULossScaleOptimizer,
 )
 from npu_lossscale.tf.distributed import HcclReducer, NoDistributedEngineError, detect_engine
@@ -218,3 +219,94 @@ def test_hccl_sums_the_flag_over_the_ranks(ranks: int | None) -> None:
             np.testing.assert_array_equal(session.run(w), [1.0, -2.0])
             session.run(train_op, {ops.peer: 0.0})
             np.testing.assert_array_equal(session.run(w), [0.5, -1.0])
+
+
+@pytest.mark.parametrize("factor", [float("inf"), float("nan")])
+def test_an_inf_or_nan_made_after_a_clean_backward_pass_skips_the_step(factor: float) -> None:
+    """The backward pass is clean, but what the script does to its gradients before applying
+    them (here a rescale by a fed factor) makes inf/NaN: that step is skipped and the scale
+    backs off; the same script with a finite factor applies."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+        k = tf.compat.v1.placeholder(tf.float32, [])
+        manager = ExponentialUpdateLossScaleManager(
+            256, 100, decr_every_n_nan_or_inf=1, decr_ratio=0.5, overflow_mode="inf_nan"
+        )
+        optimizer = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), manager)
+        grads = optimizer.compute_gradients(0.5 * tf.reduce_sum(w * w))
+        train_op = optimizer.apply_gradients([(g * k, v) for g, v in grads])
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op, {k: 1.0})  # w - 0.5 * w
+            np.testing.assert_array_equal(session.run(w), [0.5, -1.0])
+            session.run(train_op, {k: factor})
+            np.testing.assert_array_equal(session.run(w), [0.5, -1.0])
+            assert session.run([manager.get_loss_scale(), manager.skipped_steps]) == [128.0, 1]
+
+
+def test_an_eager_scale_restored_below_the_floor_is_read_as_the_floor_and_said(
+    caplog, tmp_path
+) -> None:
+    """Eagerly, a checkpoint whose scale (1) is below this manager's floor (4) reads as the
+    floor, with a warning; a scale at or above the floor reads as itself, silently."""
+    written = {}
+    for scale in (1.0, 4.0, 64.0):
+        source = ExponentialUpdateLossScaleManager(scale, 100)
+        written[scale] = tf.train.Checkpoint(manager=source).write(str(tmp_path / str(scale)))
+    for scale, expected, warned in ((1.0, 4.0, True), (4.0, 4.0, False), (64.0, 64.0, False)):
+        manager = ExponentialUpdateLossScaleManager(16.0, 100, min_loss_scale=4.0)
+        tf.train.Checkpoint(manager=manager).read(written[scale]).assert_consumed()
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="npu_lossscale"):
+            assert float(manager.get_loss_scale()) == expected
+        said = "restored loss scale 1.0 is below min_loss_scale (4)" in caplog.text
+        assert said is warned, (scale, caplog.text)
+
+
+def test_a_manager_subclass_without_an_update_says_what_to_implement() -> None:
+    """A LossScaleManager subclass that gives the scale but neither update: building the step
+    says which method to write (not a TypeError from deep inside); one that writes
+    tf.contrib's update_loss_scale gets the agreed flag through update_with_agreed_flag."""
+
+    class OnlyScale(LossScaleManager):
+        def get_loss_scale(self) -> tf.Tensor:
+            return tf.constant(8.0)
+
+    class ContribStyle(OnlyScale):
+        def __init__(self) -> None:
+            self.seen = []
+
+        def update_loss_scale(self, finite_grads):
+            self.seen.append(finite_grads)
+            return tf.no_op()
+
+    graph = tf.Graph()
+    with graph.as_default():
+        with pytest.raises(NotImplementedError, match=r"OnlyScale must implement update_loss_s"):
+            OnlyScale("inf_nan").update_with_agreed_flag(tf.constant(True))
+        manager = ContribStyle()
+        flag = tf.constant(False)
+        manager.update_with_agreed_flag(flag)
+        assert len(manager.seen) == 1 and manager.seen[0] is flag
+
+
+@pytest.mark.parametrize(
+    ("given", "hint", "not_said"),
+    [
+        (1024, "pass FixedLossScaleManager(1024)", "npu_lossscale.torch"),
+        ("dynamic", "pass ExponentialUpdateLossScaleManager(init_loss_scale=2**15", "torch"),
+        ("torch", "that is npu_lossscale.torch's manager, for GradScaler", "pass Fixed"),
+    ],
+)
+def test_a_wrong_manager_is_refused_with_what_was_meant(given, hint, not_said) -> None:
+    """A scale number, TF's old 'dynamic', or the torch front-end's manager where the TF1 one
+    goes: each refusal says what to pass instead, and only that."""
+    if given == "torch":
+        from npu_lossscale.torch.managers import FixedLossScaleManager as TorchFixed
+
+        given = TorchFixed(1024)
+    with pytest.raises(ValueError, match="loss_scale_manager must be") as refused:
+        NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), given)
+    assert hint in str(refused.value)
+    assert not_said not in str(refused.value)
