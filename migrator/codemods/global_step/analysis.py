@@ -38,12 +38,12 @@ class Analyzer(StepReader):
     (`increments.py`) and optimizer tracing (`tracing.py`) ask this visitor's metadata.
     """
 
-    def __init__(self, *, steps: bool = True, loss_scale: bool = True) -> None:
+    def __init__(self, *, steps: bool = True) -> None:
         """`steps=False`: the module cannot hold a step update (no `global_step` in its text), so
-        only its classes are read; `loss_scale=False`: it cannot build a loss-scale optimizer."""
+        only its classes are read (where it builds loss-scale optimizers only matters to its step
+        functions)."""
         super().__init__()
         self.steps = steps
-        self.loss_scale = loss_scale
         self.result = ModuleAnalysis([], {}, [], [])
         self.classes = ClassReader(self)
         self.conditions = StepConditions(self)
@@ -71,7 +71,7 @@ class Analyzer(StepReader):
         for stmt in node.body:
             if isinstance(stmt, cst.ClassDef):
                 self.result.classes[stmt.name.value] = self.classes.read(stmt)
-        if self.loss_scale:
+        if self.steps:
             self.result.loss_scale_lines = [
                 self.line(c)
                 for c in collect(node, cst.Call, enter_defs=True)

@@ -38,7 +38,6 @@ from migrator.selection.half_moves import moved_updates
 from migrator.selection.prefilter import (
     GLOBAL_STEP_TRIGGERS as GLOBAL_STEP_TRIGGERS,  # contract name
 )
-from migrator.selection.prefilter import might_need_loss_scale_port
 
 MOVE = rules.GLOBAL_STEP_MOVE
 MANUAL = rules.GLOBAL_STEP_MANUAL
@@ -101,7 +100,7 @@ def _analyze(wrapper: MetadataWrapper, *, source: bytes | None = None) -> Module
     if source is None:
         analyzer = Analyzer()
     else:
-        analyzer = Analyzer(steps=_steps(source), loss_scale=might_need_loss_scale_port(source))
+        analyzer = Analyzer(steps=_steps(source))
     visit_wrapper(wrapper, analyzer)
     return analyzer.result
 
@@ -136,10 +135,10 @@ def metadata_needed(source: bytes, module: cst.Module) -> Collection[type]:
     """The metadata `scan` resolves for this file (none when it can skip the analysis).
 
     Without `global_step` in the text there are no step updates to read, so what is left is the
-    module-level classes (an optimizer class another file uses) and the loss-scale optimizers the
-    file builds, which the bytes rule out far more often than the word `class` did.
+    module-level classes (an optimizer class another file uses): the parsed module says whether
+    there are any, where the word `class` was in nearly every file.
     """
-    if not (_steps(source) or might_need_loss_scale_port(source) or _classes(module)):
+    if not (_steps(source) or _classes(module)):
         return ()
     return Analyzer.get_inherited_dependencies()
 
@@ -159,7 +158,7 @@ def scan(module: MetadataWrapper | cst.Module, path: str, *, source: bytes) -> G
 
     A wrapper is accepted so the caller can share resolved metadata with the other codemods.
     Without `global_step` in the text there are no step updates, and without module-level classes
-    or loss-scale spellings nothing else to record, so the scope analysis is skipped; the file still
+    nothing else to record, so the scope analysis is skipped; the file still
     counts as processed for the plan. `source` is the file's bytes, tested instead of the tree:
     generating its code costs a walk.
     """
