@@ -163,10 +163,11 @@ def _prepare(source: bytes, path: str, options: MigrateOptions) -> PreparedFile:
             return dataclasses.replace(prepared, original=source, added=tuple(added))
     # The tree was just parsed, so no node appears twice in it and nobody else holds it: the
     # defensive deep copy MetadataWrapper makes by default would only cost time.
-    wrapper = Wrapper(parse(source), unsafe_skip_copy=True)
+    tree = parse(source)
+    wrapper = Wrapper(tree, unsafe_skip_copy=True)
     # libcst resolves metadata in rounds and walks the whole tree once per round, even a round
     # with nothing to walk for; asking for what every codemod needs at once saves those walks.
-    wanted = set(global_step.metadata_needed(source))
+    wanted = set(global_step.metadata_needed(source, tree))
     if might_need_loss_scale_port(source):
         wanted.update(LOSS_SCALE_METADATA)
     if might_need_torch_port(source):

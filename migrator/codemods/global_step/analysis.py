@@ -38,8 +38,12 @@ class Analyzer(StepReader):
     (`increments.py`) and optimizer tracing (`tracing.py`) ask this visitor's metadata.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, steps: bool = True) -> None:
+        """`steps=False`: the module cannot hold a step update (no `global_step` in its text), so
+        only its classes are read (where it builds loss-scale optimizers only matters to its step
+        functions)."""
         super().__init__()
+        self.steps = steps
         self.result = ModuleAnalysis([], {}, [], [])
         self.classes = ClassReader(self)
         self.conditions = StepConditions(self)
@@ -48,6 +52,10 @@ class Analyzer(StepReader):
 
     def visit_Module(self, node: cst.Module) -> bool:
         self.module = node
+        if not self.steps:
+            # No step functions to find: the one walk the index costs would only serve them.
+            self._module(node, [])
+            return False
         index = Index(node)
         visit(node, index)
         token = INDEX.set(index)
@@ -63,11 +71,12 @@ class Analyzer(StepReader):
         for stmt in node.body:
             if isinstance(stmt, cst.ClassDef):
                 self.result.classes[stmt.name.value] = self.classes.read(stmt)
-        self.result.loss_scale_lines = [
-            self.line(c)
-            for c in collect(node, cst.Call, enter_defs=True)
-            if is_loss_scale_optimizer(self.qnames(c.func))
-        ]
+        if self.steps:
+            self.result.loss_scale_lines = [
+                self.line(c)
+                for c in collect(node, cst.Call, enter_defs=True)
+                if is_loss_scale_optimizer(self.qnames(c.func))
+            ]
         seen: dict[str, int] = {}
         for fn, path in functions:
             if fn.name.value == "apply_gradients":

@@ -14,6 +14,7 @@ import libcst as cst
 from migrator import template_files
 from migrator.codemods.shared.arguments import append_keyword
 from migrator.codemods.shared.comments import comment_lines, line_limit, width, wrap_statements
+from migrator.codemods.shared.visiting import visit
 
 
 def template(name: str) -> str:
@@ -31,7 +32,7 @@ def quote_style(module: cst.Module) -> str:
             if quote in counts and not body.startswith(quote * 3):  # docstrings do not count
                 counts[quote] += 1
 
-    module.visit(_Count())
+    visit(module, _Count())
     return "'" if counts["'"] > counts['"'] else '"'
 
 

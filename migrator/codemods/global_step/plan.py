@@ -95,8 +95,12 @@ def _norm(path: str) -> str:
     return posixpath.normpath(path.replace("\\", "/"))
 
 
-def _analyze(wrapper: MetadataWrapper) -> ModuleAnalysis:
-    analyzer = Analyzer()
+def _analyze(wrapper: MetadataWrapper, *, source: bytes | None = None) -> ModuleAnalysis:
+    """The module's analysis; with its `source`, only the parts its text can hold (`scan`)."""
+    if source is None:
+        analyzer = Analyzer()
+    else:
+        analyzer = Analyzer(steps=_steps(source))
     visit_wrapper(wrapper, analyzer)
     return analyzer.result
 
@@ -127,25 +131,42 @@ def _facts(analysis: ModuleAnalysis, path: str) -> GlobalStepFacts:
     )
 
 
-def metadata_needed(source: bytes) -> Collection[type]:
-    """The metadata `scan` resolves for this file (none when it can skip the analysis)."""
-    if b"global_step" not in source and b"class" not in source:
+def metadata_needed(source: bytes, module: cst.Module) -> Collection[type]:
+    """The metadata `scan` resolves for this file (none when it can skip the analysis).
+
+    Without `global_step` in the text there are no step updates to read, so what is left is the
+    module-level classes (an optimizer class another file uses): the parsed module says whether
+    there are any, where the word `class` was in nearly every file.
+    """
+    if not (_steps(source) or _classes(module)):
         return ()
     return Analyzer.get_inherited_dependencies()
+
+
+def _steps(source: bytes) -> bool:
+    # Every step update the analysis reads names `global_step` or one of tf's step getters
+    # (`get_global_step`, ...), all spelled with it, even through an import alias.
+    return b"global_step" in source
+
+
+def _classes(module: cst.Module) -> bool:
+    return any(isinstance(stmt, cst.ClassDef) for stmt in module.body)
 
 
 def scan(module: MetadataWrapper | cst.Module, path: str, *, source: bytes) -> GlobalStepFacts:
     """Record one file's step updates and optimizer classes for `build_plan`.
 
     A wrapper is accepted so the caller can share resolved metadata with the other codemods.
-    Without `global_step` in the text there are no step updates, and without `class` no optimizer
-    classes, so the scope analysis is skipped; the file still counts as processed for the plan.
-    `source` is the file's bytes, tested instead of the tree: generating its code costs a walk.
+    Without `global_step` in the text there are no step updates, and without module-level classes
+    nothing else to record, so the scope analysis is skipped; the file still
+    counts as processed for the plan. `source` is the file's bytes, tested instead of the tree:
+    generating its code costs a walk.
     """
-    if not metadata_needed(source):
+    tree = module.module if isinstance(module, MetadataWrapper) else module
+    if not metadata_needed(source, tree):
         return GlobalStepFacts(_norm(path), (), (), (), ())
     wrapper = module if isinstance(module, MetadataWrapper) else MetadataWrapper(module)
-    facts = _facts(_analyze(wrapper), path)
+    facts = _facts(_analyze(wrapper, source=source), path)
     if b"npu-migrate:" not in source:
         return facts
     notes = tuple((line, tuple(names), op) for line, names, op in moved_updates(source))

@@ -42,6 +42,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from migrator.codemods.shared import rules
+from migrator.codemods.shared.visiting import visit
 from migrator.findings import Finding
 
 TARGETS = ("npulossscale", "npu-bridge")
@@ -95,7 +96,7 @@ def retarget(path: str, ported: bytes) -> Retargeted | None:
         return positions[node].start.line
 
     survey = _Survey()
-    module.visit(survey)
+    visit(module, survey)
     if survey.keras and survey.keras_3:
         survey.unsupported.append(survey.keras_3[0])
     if not survey.imports and not survey.unsupported:

@@ -14,6 +14,7 @@ import libcst as cst
 from migrator.codemods.shared import arguments as shared_args
 from migrator.codemods.shared import rules
 from migrator.codemods.shared.nodes import code
+from migrator.codemods.shared.visiting import visit
 
 RULE = rules.TORCH_SCALE_BELOW_ONE
 STOCK_FLOOR = "0"  # min_loss_scale that gives torch's own rule
@@ -53,5 +54,5 @@ def literal_below_one(value: cst.BaseExpression) -> str | None:
 def scale_guard(module: cst.Module) -> tuple[cst.Comparison, str] | None:
     """The first comparison of a scaler's scale with a number below 1 (the threshold's code)."""
     guards = _Guards()
-    module.visit(guards)
+    visit(module, guards)  # read-only: no rebuild of the tree
     return guards.found[0] if guards.found else None

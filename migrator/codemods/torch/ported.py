@@ -12,6 +12,7 @@ from libcst import MetadataDependent
 
 from migrator.codemods.shared import nodes
 from migrator.codemods.shared.qualified import qualified_names
+from migrator.codemods.shared.visiting import visit
 from migrator.codemods.torch.names import LIBRARY, PORTED
 
 
@@ -47,5 +48,5 @@ def first_ported_scaler(module: cst.Module, visitor: MetadataDependent) -> cst.C
                 calls.append(node)
             return not calls
 
-    module.visit(_Calls())
+    visit(module, _Calls())
     return calls[0] if calls else None
