@@ -26,12 +26,12 @@ from __future__ import annotations
 import ast
 import functools
 import io
-import posixpath
 import tokenize
 from typing import Literal
 
 from migrator.selection.prefilter import might_need_loss_scale_added
 from migrator.sources import pytree
+from migrator.sources.module_paths import module_files, norm
 
 # In what an import of TensorFlow, Keras, torch or Horovod reaches (the import statement itself
 # and every attribute read from a name it binds), a part *containing* one of these is an API.
@@ -254,44 +254,13 @@ def _uses_step(found: _Names) -> bool:
     )
 
 
-def _norm(path: str) -> str:
-    return posixpath.normpath(path.replace("\\", "/"))
-
-
-def resolve(module: str, importer: str, paths: set[str]) -> set[str]:
-    """The files of `paths` the global-step plan may take `module` (imported by `importer`) for.
-
-    Mirrors the plan's own resolution (a relative module from the importer's folder; else a
-    sibling file, else every file whose path ends with the module's path), so that a file it
-    would find among all admitted files is found here too.
-    """
-    level = len(module) - len(module.lstrip("."))
-    parts = module.lstrip(".").split(".") if module.strip(".") else []
-    here = posixpath.dirname(importer)
-    if level:
-        base = here
-        for _ in range(level - 1):
-            base = posixpath.dirname(base)
-        found = {
-            _norm(posixpath.join(base, *parts) + ".py"),
-            _norm(posixpath.join(base, *parts, "__init__.py")),
-        }
-        return found & paths
-    sibling = _norm(posixpath.join(here, *parts) + ".py")
-    if sibling in paths:
-        return {sibling}
-    tails = ("/".join(parts) + ".py", "/".join([*parts, "__init__.py"]))
-    ends = tuple("/" + t for t in tails)
-    return {p for p in paths if p in tails or p.endswith(ends)}
-
-
 def _targets(source: bytes, importer: str, paths: set[str]) -> set[str]:
     found = _read(source)
     if found is None:
         return set()
     out: set[str] = set()
     for module in found.modules:
-        out |= resolve(module, importer, paths)
+        out.update(module_files(module, importer, paths))
     return out
 
 
@@ -304,8 +273,8 @@ def widen(candidates: dict[str, tuple[bytes, bool]], full: dict[str, bytes]) -> 
     `candidates` file flagged True (a step update) that may import a seen file is put back too.
     Repeated until nothing changes. Paths are compared as the plan compares them.
     """
-    left = {_norm(p): (p, *v) for p, v in candidates.items()}
-    seen = {_norm(p): d for p, d in full.items()}
+    left = {norm(p): (p, *v) for p, v in candidates.items()}
+    seen = {norm(p): d for p, d in full.items()}
     paths = left.keys() | seen.keys()
     back: set[str] = set()
     new = dict(seen)
