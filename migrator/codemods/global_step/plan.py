@@ -21,6 +21,7 @@ from collections.abc import Collection, Iterable
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from migrator import registry
 from migrator.codemods.global_step.analysis import Analyzer
 from migrator.codemods.global_step.edit import (
     Editor,
@@ -30,7 +31,6 @@ from migrator.codemods.global_step.edit import (
     template,
 )
 from migrator.codemods.global_step.model import NEW_STEP, ClassState, ModuleAnalysis, OptimizerRef
-from migrator.codemods.shared import rules
 from migrator.codemods.shared.visiting import visit_wrapper
 from migrator.findings import Finding
 from migrator.selection.half_moves import moved_updates
@@ -39,8 +39,8 @@ from migrator.selection.prefilter import (
 )
 from migrator.sources.module_paths import module_files, norm
 
-MOVE = rules.GLOBAL_STEP_MOVE
-MANUAL = rules.GLOBAL_STEP_MANUAL
+MOVE = registry.GLOBAL_STEP_MOVE
+MANUAL = registry.GLOBAL_STEP_MANUAL
 
 
 @dataclasses.dataclass(frozen=True)
