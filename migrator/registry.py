@@ -84,7 +84,9 @@ POLICY_MIXED_PRECISION_HOMES = (
 )
 POLICY_CONFIG_HOMES = ("keras.config", "tensorflow.keras.config")
 POLICY_SETTERS = ("set_global_policy", "set_policy", "set_dtype_policy")
-POLICY_CONFIG_SETTER = "set_dtype_policy"  # the one keras.config has
+# The one keras.config has. (codemods/shared/api.py's is_policy_setter also takes the others
+# under keras.config, which no Keras defines: they are no spelling here, so they add no trigger.)
+POLICY_CONFIG_SETTER = "set_dtype_policy"
 POLICY_CLASSES = ("Policy", "DTypePolicy")
 # The vendor's adapter: a file importing it was ported already.
 VENDOR_PREFIXES = ("npu_bridge",)
