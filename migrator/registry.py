@@ -38,13 +38,13 @@ TF_CORE_MODULES = (
     "tensorflow.python.training.experimental.loss_scale_optimizer",
     "tensorflow.python.training.experimental.mixed_precision",
 )
-TF_DYNAMIC_LOSS_SCALE = "DynamicLossScale"
-TF_FIXED_LOSS_SCALE = "FixedLossScale"
+TF_DYNAMIC_LOSS_SCALE_CLASS = "DynamicLossScale"
+TF_FIXED_LOSS_SCALE_CLASS = "FixedLossScale"
 TF_MIXED_PRECISION_OPTIMIZER = "MixedPrecisionLossScaleOptimizer"
 TF_GRAPH_REWRITE = "enable_mixed_precision_graph_rewrite"
 TF_CORE_NAMES = (
-    TF_DYNAMIC_LOSS_SCALE,
-    TF_FIXED_LOSS_SCALE,
+    TF_DYNAMIC_LOSS_SCALE_CLASS,
+    TF_FIXED_LOSS_SCALE_CLASS,
     TF_MIXED_PRECISION_OPTIMIZER,
     TF_GRAPH_REWRITE,
 )

@@ -82,3 +82,20 @@ def test_the_triggers_are_the_registry_s():
     words = registry.triggers(registry.tf_spellings(), registry.TF_MARKERS)
     assert prefilter.LOSS_SCALE_TRIGGERS == tuple(w.encode() for w in words)
     assert set(words) <= triage.NAME_FRAGMENTS
+
+
+def test_no_registry_name_is_bound_twice():
+    # One module holds spellings and rule ids: a rule id named like a spelling would silently
+    # replace it (TF_DYNAMIC_LOSS_SCALE once did, and DynamicLossScale went unported).
+    import ast
+
+    tree = ast.parse(open(registry.__file__, encoding="utf-8").read())
+    bound = [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets]
+    assert sorted({n for n in bound if bound.count(n) > 1}) == []
+
+
+@pytest.mark.parametrize("spelling", registry.tf_spellings())
+def test_each_core_and_contrib_class_keeps_its_own_kind(spelling: str):
+    module, _, leaf = spelling.rpartition(".")
+    if module in registry.TF_CORE_MODULES and leaf in registry.TF_CORE_NAMES:
+        assert api.classify(spelling) is not api.Kind.UNPORTED, spelling

@@ -89,8 +89,8 @@ def classify(name: str) -> Kind | None:
         }.get(leaf, Kind.UNPORTED)
     if module in _CORE_MODULES:
         kind = {
-            registry.TF_DYNAMIC_LOSS_SCALE: Kind.TF_DYNAMIC,
-            registry.TF_FIXED_LOSS_SCALE: Kind.TF_FIXED,
+            registry.TF_DYNAMIC_LOSS_SCALE_CLASS: Kind.TF_DYNAMIC,
+            registry.TF_FIXED_LOSS_SCALE_CLASS: Kind.TF_FIXED,
             registry.TF_MIXED_PRECISION_OPTIMIZER: Kind.TF_OPTIMIZER,
             registry.TF_GRAPH_REWRITE: Kind.GRAPH_REWRITE,
         }.get(leaf)
