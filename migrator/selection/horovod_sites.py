@@ -12,9 +12,9 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
+from migrator import registry
 from migrator.findings import Finding
 
-UNVERIFIED = "distributed-unverified"
 _INIT = re.compile(rb"^[ \t]*(?:if [^\n]*:[ \t]*)?[A-Za-z_][A-Za-z_0-9]*\.init\(\)", re.M)
 
 
@@ -34,7 +34,7 @@ def name_init_sites(findings: list[Finding], sites: list[tuple[str, int]]) -> li
     hvd.init() in other files (or that none of the files given does)."""
     out = []
     for finding in findings:
-        if finding.rule == UNVERIFIED:
+        if finding.rule == registry.DISTRIBUTED_UNVERIFIED:
             elsewhere = [f"{p}:{line}" for p, line in sites if p != finding.path]
             where = (
                 f"other files of this run call it: {', '.join(elsewhere[:3])}"

@@ -2,31 +2,40 @@
 
 Kept free of libcst so that a tree with nothing to port never pays for loading the parser, and so
 each stage of the transform can be skipped before any parsing or scope analysis when the bytes of
-a file cannot contain what that stage looks for.
+a file cannot contain what that stage looks for. Every trigger is derived from migrator.registry:
+add an API spelling there, not here.
 """
 
 from __future__ import annotations
 
-# Substrings every loss-scale API the port rewrites or reports must spell out somewhere.
-LOSS_SCALE_TRIGGERS: tuple[bytes, ...] = (
-    b"mixed_precision",
-    b"LossScale",
-    b"loss_scale",
-    b"enable_mixed_precision_graph_rewrite",
-    b"set_dtype_policy",  # keras.config's: a mixed_float16 policy brings Keras's own scaling
+from migrator import registry
+
+
+def _bytes(words: tuple[str, ...]) -> tuple[bytes, ...]:
+    return tuple(w.encode() for w in words)
+
+
+# Substrings every loss-scale API the port rewrites or reports must spell out somewhere, derived
+# from the registry's spellings (a new spelling none of them covers brings its own).
+LOSS_SCALE_TRIGGERS: tuple[bytes, ...] = _bytes(
+    registry.triggers(registry.tf_spellings(), registry.TF_MARKERS)
 )
 
-# Every PyTorch gradient scaler the torch port rewrites or reports is spelled with this.
-TORCH_TRIGGERS: tuple[bytes, ...] = (b"GradScaler", b"apex")  # apex: its own loss scaling
+# Every PyTorch gradient scaler (and other loss scaling) the torch port rewrites or reports.
+TORCH_TRIGGERS: tuple[bytes, ...] = _bytes(
+    registry.triggers(registry.torch_spellings(), registry.TORCH_MARKERS)
+)
 
 # A file defining an optimizer class matters to the global-step move even when it mentions no
 # loss scaling.
-GLOBAL_STEP_TRIGGERS: tuple[bytes, ...] = (b"def apply_gradients",)
+GLOBAL_STEP_TRIGGERS: tuple[bytes, ...] = (f"def {registry.STEP_METHOD}".encode(),)
 
 _TRIGGERS = (*LOSS_SCALE_TRIGGERS, *TORCH_TRIGGERS, *GLOBAL_STEP_TRIGGERS)
 
 # With --add-loss-scale, a file that trains with an optimizer matters even without loss scaling.
-ADD_LOSS_SCALE_TRIGGERS: tuple[bytes, ...] = (b"Optimizer", b"optimizer")
+ADD_LOSS_SCALE_TRIGGERS: tuple[bytes, ...] = _bytes(registry.OPTIMIZER_WORDS)
+_STEP_NAMES = _bytes(registry.STEP_NAMES)
+_STEP_CALLS = _bytes(registry.STEP_CALL_PREFIXES)
 
 
 def might_need_migration(source: bytes, *, add_loss_scale: bool = False) -> bool:
@@ -63,4 +72,4 @@ def _steps(source: bytes) -> bool:
     # A function advancing global_step by hand matters to the global-step move even without loss
     # scaling: an optimizer class it shares must not gain an increment (the step would advance
     # twice there).
-    return b"global_step" in source and b"assign" in source
+    return any(n in source for n in _STEP_NAMES) and any(c in source for c in _STEP_CALLS)

@@ -7,16 +7,12 @@ times faster, so this second gate looks at the identifiers the code really uses 
 the codemods cannot change or warn about. It is conservative: a file that does not parse, or uses
 any registered name, goes to the full pass, which stays the only judge of what changes.
 
-Extending it (other rewrites): add the name to ONE of the sets below, one line each.
-- `NAME_FRAGMENTS`: a part *containing* it, in an import of a `FRAMEWORKS` module or an attribute
-  chain read from a name such an import binds (`tf.keras.mixed_precision.X`, `torch.amp.X`).
-- `FRAMEWORK_PARTS`: the same, for a part *equal* to it (`amp`, `npu_bridge`).
-- `REEXPORTED_NAMES`: an API name imported from a module of the user's own, or read as its first
-  attribute (`from utils import LossScaleOptimizer`, `utils.LossScaleOptimizer`).
-- `FRAMEWORKS`: a new top-level package whose chains are read whole.
-- `STEP_NAMES` / `STEP_CALL_PREFIXES`: the global-step move's hand-made updates.
-- Options: `verdict(..., add_loss_scale=True)` admits every file the byte gate admits for
-  --add-loss-scale; a new option that widens what is ported must be wired the same way.
+Extending it (other rewrites): add the API's spelling to migrator.registry; the names below are
+derived from it (a part *containing* a marker or the spelling's last part, in an import of a
+`FRAMEWORKS` module or an attribute chain read from a name such an import binds; a part *equal* to
+an API module part; an API class imported from a module of the user's own). An option that widens
+what is ported must be wired the way `verdict(..., add_loss_scale=True)` admits every file the
+byte gate admits for --add-loss-scale.
 Chains rooted at no import (`FLAGS.loss_scale`, `hparams.mixed_precision`) never count: the
 codemods resolve names through imports, so such a chain cannot mean an API.
 """
@@ -26,70 +22,48 @@ from __future__ import annotations
 import ast
 import functools
 import io
-import posixpath
 import tokenize
 from typing import Literal
 
+from migrator import registry
 from migrator.selection.prefilter import might_need_loss_scale_added
 from migrator.sources import pytree
+from migrator.sources.module_paths import module_files, norm
 
-# In what an import of TensorFlow, Keras, torch or Horovod reaches (the import statement itself
-# and every attribute read from a name it binds), a part *containing* one of these is an API.
+_SPELLINGS = (*registry.tf_spellings(), *registry.torch_spellings())
+
+# In what an import of TensorFlow, Keras, torch or Horovod reaches, a part *equal* to one of these
+# is an API (`torch.cuda.amp`, `apex.fp16_utils`, `npu_bridge`)...
+FRAMEWORK_PARTS: frozenset[str] = frozenset(registry.API_MODULE_PARTS)
+# ...and so is a part *containing* one of these: derived from the registry's spellings, so every
+# spelling the codemods recognise holds one or has such a part.
 NAME_FRAGMENTS: frozenset[str] = frozenset(
-    {
-        "LossScale",  # contrib/TF/Keras LossScaleOptimizer, managers, DynamicLossScale, npu's own
-        "mixed_precision",  # tf.contrib/tf.train.experimental/keras.mixed_precision modules
-        "loss_scale",  # tensorflow.python.training.experimental.loss_scale(_optimizer)
-        "GradScaler",  # torch.amp, torch.cuda.amp, torch_npu.npu.amp
-        "set_dtype_policy",  # keras.config's policy setter (the others are in mixed_precision)
-    }
+    registry.triggers(
+        _SPELLINGS, (*registry.TF_MARKERS, registry.TORCH_SCALER), registry.API_MODULE_PARTS
+    )
 )
-# ...and a part *equal* to one of these.
-FRAMEWORK_PARTS: frozenset[str] = frozenset({"amp", "npu_bridge", "fp16_utils"})
 # In what any other import reaches (a module of the user's own: `from utils import X`, read to the
 # first attribute), a part *equal* to one of these: an API name re-exported under its own name.
 REEXPORTED_NAMES: frozenset[str] = frozenset(
     {
-        "LossScaleOptimizer",
-        "MixedPrecisionLossScaleOptimizer",
-        "FixedLossScaleManager",
-        "ExponentialUpdateLossScaleManager",
-        "LossScaleManager",
-        "DynamicLossScale",
-        "FixedLossScale",
-        "LossScale",
-        "NPULossScaleOptimizer",
-        "GradScaler",
-        "mixed_precision",
-        "enable_mixed_precision_graph_rewrite",
+        *registry.TF_CONTRIB_CLASSES,
+        *registry.TF_CORE_NAMES,
+        registry.TORCH_SCALER,
+        *registry.REEXPORT_EXTRAS,
     }
 )
 # The global-step plan never looks for these packages among the user's files (a class it reaches
 # through them is TensorFlow's own), so their imports tie no two files together.
 PLAN_BUILTINS: frozenset[str] = frozenset({"tensorflow", "keras"})
 # The global-step move: a file that names the step and calls an assign-like op.
-STEP_NAMES: tuple[str, ...] = ("global_step",)
-STEP_CALL_PREFIXES: tuple[str, ...] = ("assign",)
+STEP_NAMES: tuple[str, ...] = registry.STEP_NAMES
+STEP_CALL_PREFIXES: tuple[str, ...] = registry.STEP_CALL_PREFIXES
 
 # Top-level modules whose attribute chains are read whole (`tf.contrib.mixed_precision.X`); a chain
 # rooted at any other import is read to its first attribute only (`utils.LossScaleOptimizer`, a
 # re-export), and a chain rooted at no import (`FLAGS.loss_scale`, `hparams.mixed_precision`) not at
 # all: the codemods resolve names through imports, so such a chain can never mean an API.
-FRAMEWORKS: frozenset[str] = frozenset(
-    {
-        "tensorflow",
-        "keras",
-        "tf_keras",
-        "torch",
-        "torch_npu",
-        "fairscale",
-        "apex",
-        "horovod",
-        "npu_bridge",
-    }
-    # Ours: a file an earlier run ported still gets the torch port's transfer_to_npu reminder.
-    | {"npu_lossscale"}
-)
+FRAMEWORKS: frozenset[str] = registry.top_packages(_SPELLINGS) | set(registry.OTHER_FRAMEWORKS)
 
 
 class _Names:
@@ -254,44 +228,13 @@ def _uses_step(found: _Names) -> bool:
     )
 
 
-def _norm(path: str) -> str:
-    return posixpath.normpath(path.replace("\\", "/"))
-
-
-def resolve(module: str, importer: str, paths: set[str]) -> set[str]:
-    """The files of `paths` the global-step plan may take `module` (imported by `importer`) for.
-
-    Mirrors the plan's own resolution (a relative module from the importer's folder; else a
-    sibling file, else every file whose path ends with the module's path), so that a file it
-    would find among all admitted files is found here too.
-    """
-    level = len(module) - len(module.lstrip("."))
-    parts = module.lstrip(".").split(".") if module.strip(".") else []
-    here = posixpath.dirname(importer)
-    if level:
-        base = here
-        for _ in range(level - 1):
-            base = posixpath.dirname(base)
-        found = {
-            _norm(posixpath.join(base, *parts) + ".py"),
-            _norm(posixpath.join(base, *parts, "__init__.py")),
-        }
-        return found & paths
-    sibling = _norm(posixpath.join(here, *parts) + ".py")
-    if sibling in paths:
-        return {sibling}
-    tails = ("/".join(parts) + ".py", "/".join([*parts, "__init__.py"]))
-    ends = tuple("/" + t for t in tails)
-    return {p for p in paths if p in tails or p.endswith(ends)}
-
-
 def _targets(source: bytes, importer: str, paths: set[str]) -> set[str]:
     found = _read(source)
     if found is None:
         return set()
     out: set[str] = set()
     for module in found.modules:
-        out |= resolve(module, importer, paths)
+        out.update(module_files(module, importer, paths))
     return out
 
 
@@ -304,8 +247,8 @@ def widen(candidates: dict[str, tuple[bytes, bool]], full: dict[str, bytes]) -> 
     `candidates` file flagged True (a step update) that may import a seen file is put back too.
     Repeated until nothing changes. Paths are compared as the plan compares them.
     """
-    left = {_norm(p): (p, *v) for p, v in candidates.items()}
-    seen = {_norm(p): d for p, d in full.items()}
+    left = {norm(p): (p, *v) for p, v in candidates.items()}
+    seen = {norm(p): d for p, d in full.items()}
     paths = left.keys() | seen.keys()
     back: set[str] = set()
     new = dict(seen)

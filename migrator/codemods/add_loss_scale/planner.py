@@ -14,15 +14,15 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
+from migrator import registry
 from migrator.codemods.add_loss_scale.finder import Binding, Finder, names, walk
 from migrator.codemods.add_loss_scale.kinds import Kinds
-from migrator.codemods.shared import rules
 from migrator.codemods.shared.add_loss_scale_choice import manager_call
 from migrator.findings import Finding
 
-RULE = rules.ADD_LOSS_SCALE
-MANUAL = rules.ADD_LOSS_SCALE_MANUAL
-UNSCALED = rules.ADD_LOSS_SCALE_UNSCALED
+RULE = registry.ADD_LOSS_SCALE
+MANUAL = registry.ADD_LOSS_SCALE_MANUAL
+UNSCALED = registry.ADD_LOSS_SCALE_UNSCALED
 # tf.gradients keywords that compute_gradients takes under the same or another name.
 _GRADIENT_KEYWORDS = {
     "colocate_gradients_with_ops": "colocate_gradients_with_ops",
@@ -190,7 +190,7 @@ class Planner:
     def _keras(self, node: cst.CSTNode, what: str) -> None:
         self.note(
             node,
-            rules.UNPORTED_API,
+            registry.UNPORTED_API,
             f"`{what}` is a Keras optimizer: --add-loss-scale wraps only tf.compat.v1 "
             "optimizers, and the tf.compat.v1 NPULossScaleOptimizer rejects a Keras one "
             "(ValueError at start-up); npu_lossscale has no Keras loss-scale optimizer yet, so "

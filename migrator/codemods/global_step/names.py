@@ -12,6 +12,8 @@ from collections.abc import Callable
 import libcst as cst
 from libcst.metadata import QualifiedName, QualifiedNameSource
 
+from migrator import registry
+
 QualifiedNames = Callable[[cst.CSTNode], "set[QualifiedName]"]
 
 _TF_PREFIXES = ("tensorflow.compat.v1.", "tensorflow.compat.v2.", "tensorflow.")
@@ -19,12 +21,12 @@ _TF_PREFIXES = ("tensorflow.compat.v1.", "tensorflow.compat.v2.", "tensorflow.")
 # Optimizers that apply the inner optimizer only when the gradients are finite; the move is only
 # needed (and only correct) where one of these decides whether a step happens.
 _LOSS_SCALE_SUFFIXES = (
-    "mixed_precision.LossScaleOptimizer",
-    "mixed_precision.experimental.LossScaleOptimizer",
-    "MixedPrecisionLossScaleOptimizer",
-    "enable_mixed_precision_graph_rewrite",
+    f"mixed_precision.{registry.LOSS_SCALE_OPTIMIZER}",
+    f"mixed_precision.experimental.{registry.LOSS_SCALE_OPTIMIZER}",
+    registry.TF_MIXED_PRECISION_OPTIMIZER,
+    registry.TF_GRAPH_REWRITE,
 )
-_NPU_LOSS_SCALE = "NPULossScaleOptimizer"
+_NPU_LOSS_SCALE = registry.NPU_OPTIMIZER
 _WRAPPER_SUFFIXES = ("DistributedOptimizer", "SyncReplicasOptimizer", "CrossShardOptimizer")
 
 

@@ -16,12 +16,12 @@ unconditional or conditional on gradient finiteness; everything else is reported
 from __future__ import annotations
 
 import dataclasses
-import posixpath
 from collections.abc import Collection, Iterable
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from migrator import registry
 from migrator.codemods.global_step.analysis import Analyzer
 from migrator.codemods.global_step.edit import (
     Editor,
@@ -31,16 +31,16 @@ from migrator.codemods.global_step.edit import (
     template,
 )
 from migrator.codemods.global_step.model import NEW_STEP, ClassState, ModuleAnalysis, OptimizerRef
-from migrator.codemods.shared import rules
 from migrator.codemods.shared.visiting import visit_wrapper
 from migrator.findings import Finding
 from migrator.selection.half_moves import moved_updates
 from migrator.selection.prefilter import (
     GLOBAL_STEP_TRIGGERS as GLOBAL_STEP_TRIGGERS,  # contract name
 )
+from migrator.sources.module_paths import module_files, norm
 
-MOVE = rules.GLOBAL_STEP_MOVE
-MANUAL = rules.GLOBAL_STEP_MANUAL
+MOVE = registry.GLOBAL_STEP_MOVE
+MANUAL = registry.GLOBAL_STEP_MANUAL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,10 +91,6 @@ class GlobalStepPlan:
     warnings: tuple[Finding, ...] = ()
 
 
-def _norm(path: str) -> str:
-    return posixpath.normpath(path.replace("\\", "/"))
-
-
 def _analyze(wrapper: MetadataWrapper, *, source: bytes | None = None) -> ModuleAnalysis:
     """The module's analysis; with its `source`, only the parts its text can hold (`scan`)."""
     if source is None:
@@ -107,7 +103,7 @@ def _analyze(wrapper: MetadataWrapper, *, source: bytes | None = None) -> Module
 
 def _facts(analysis: ModuleAnalysis, path: str) -> GlobalStepFacts:
     return GlobalStepFacts(
-        path=_norm(path),
+        path=norm(path),
         classes=tuple(
             ClassFact(c.name, c.line, c.state, c.reason, tuple(c.bases))
             for c in analysis.classes.values()
@@ -164,7 +160,7 @@ def scan(module: MetadataWrapper | cst.Module, path: str, *, source: bytes) -> G
     """
     tree = module.module if isinstance(module, MetadataWrapper) else module
     if not metadata_needed(source, tree):
-        return GlobalStepFacts(_norm(path), (), (), (), ())
+        return GlobalStepFacts(norm(path), (), (), (), ())
     wrapper = module if isinstance(module, MetadataWrapper) else MetadataWrapper(module)
     facts = _facts(_analyze(wrapper, source=source), path)
     if b"npu-migrate:" not in source:
@@ -175,14 +171,14 @@ def scan(module: MetadataWrapper | cst.Module, path: str, *, source: bytes) -> G
 
 def touches(plan: GlobalStepPlan, path: str) -> bool:
     """Whether `rewrite` would edit this file (otherwise it only reports the plan's warnings)."""
-    key = _norm(path)
+    key = norm(path)
     return any(p == key for p, _, _ in plan.moves) or any(p == key for p, _, _ in plan.inserts)
 
 
 def plan_warnings(plan: GlobalStepPlan, path: str) -> list[Finding]:
     """The plan's findings for one file, under the path the caller uses for it."""
-    key = _norm(path)
-    return [dataclasses.replace(w, path=path) for w in plan.warnings if _norm(w.path) == key]
+    key = norm(path)
+    return [dataclasses.replace(w, path=path) for w in plan.warnings if norm(w.path) == key]
 
 
 class _Resolver:
@@ -193,28 +189,7 @@ class _Resolver:
         self.classes = {(f.path, c.name): c for f in self.files.values() for c in f.classes}
 
     def module_path(self, module: str, importer: str) -> tuple[str | None, str]:
-        level = len(module) - len(module.lstrip("."))
-        parts = module.lstrip(".").split(".") if module.strip(".") else []
-        here = posixpath.dirname(importer)
-        if level:
-            base = here
-            for _ in range(level - 1):
-                base = posixpath.dirname(base)
-            candidates = [
-                posixpath.join(base, *parts) + ".py",
-                posixpath.join(base, *parts, "__init__.py"),
-            ]
-            found = [c for c in map(_norm, candidates) if c in self.files]
-        else:
-            sibling = _norm(posixpath.join(here, *parts) + ".py")
-            if sibling in self.files:
-                return sibling, ""
-            tails = ("/".join(parts) + ".py", "/".join([*parts, "__init__.py"]))
-            found = [
-                p
-                for p in self.files
-                if p.endswith(tails) and (p in tails or p.endswith(tuple("/" + t for t in tails)))
-            ]
+        found = module_files(module, importer, self.files)
         if len(found) == 1:
             return found[0], ""
         if found:
@@ -393,7 +368,7 @@ def rewrite(
     analysis = _analyze(wrapper)
     if plan is None:
         plan = build_plan([_facts(analysis, path)])
-    path_key = _norm(path)
+    path_key = norm(path)
     findings = plan_warnings(plan, path)
     moves = {key: where for p, key, where in plan.moves if p == path_key}
     inserts = {name: op for p, name, op in plan.inserts if p == path_key}

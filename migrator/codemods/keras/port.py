@@ -29,9 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import libcst as cst
 
-from migrator import template_files
+from migrator import registry, template_files
 from migrator.codemods.keras import version
-from migrator.codemods.shared import api, rules
+from migrator.codemods.shared import api
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.api import Kind
 from migrator.codemods.shared.comments import line_limit, width
@@ -41,7 +41,7 @@ from migrator.codemods.shared.plan import Builder
 from migrator.codemods.tf1.sites import LossScaleObject
 from migrator.selection.keras_helpers import KerasHelper
 
-RULE = rules.KERAS_LOSS_SCALE_OPTIMIZER
+RULE = registry.KERAS_LOSS_SCALE_OPTIMIZER
 _CHOICE_TEMPLATE = "keras_loss_scale_choice.py.tmpl"
 _KEYWORDS = ("inner_optimizer", "dynamic", "initial_scale", "dynamic_growth_steps", "name")
 # The inner optimizer's parameter name in each spelling.
@@ -158,7 +158,7 @@ class KerasPort:
                 f"`{what}` is used as a value (subclassed, stored or passed), not constructed; "
                 "port this use to npu_lossscale.keras.LossScaleOptimizer by hand"
             )
-        a.warn(node, rules.UNPORTED_API, reason)
+        a.warn(node, registry.UNPORTED_API, reason)
 
     # ----------------------------------------------------------------- deciding
     def finish(self) -> None:
@@ -173,7 +173,7 @@ class KerasPort:
                 site = self._rebound(site)
             ported = self._decide(site, assumed)
             if ported and not noted:
-                self.file.report(site.line, rules.KERAS_VERSION, assumed.note)
+                self.file.report(site.line, registry.KERAS_VERSION, assumed.note)
                 noted = True
 
     def _keras_2_use(self) -> tuple[int, str] | None:
@@ -217,7 +217,7 @@ class KerasPort:
         if problem is None and site.spelling != "keras":
             scale, problem = self._loss_scale(site)
         if problem is not None:
-            rule = rules.GRAPH_REWRITE if site.spelling == "graph-rewrite" else RULE
+            rule = registry.GRAPH_REWRITE if site.spelling == "graph-rewrite" else RULE
             a.report(site.line, rule, f"`{what}(...)` left unchanged: {problem}", "warning")
             return False
         self._unseen_inner(site, assumed.target)
@@ -229,14 +229,14 @@ class KerasPort:
             extra = f", is_distributed={a.code(value)} because {why}"
         else:
             extra = f", no is_distributed because {why}" if why else ""
-        rule = rules.GRAPH_REWRITE if site.spelling == "graph-rewrite" else RULE
+        rule = registry.GRAPH_REWRITE if site.spelling == "graph-rewrite" else RULE
         target = f"{api.target_module(assumed.target)}.{api.target_class(assumed.target)}"
         message = f"`{what}(...)` -> {target}(...){_detail(site, scale)}{extra}"
         a.report(site.line, rule, message)
         if site.spelling == "graph-rewrite":
             a.report(
                 site.line,
-                rules.GRAPH_REWRITE,
+                registry.GRAPH_REWRITE,
                 f"{api.PORTED_REWRITE_NOTE}; TensorFlow's fp16 graph "
                 "rewrite is no longer switched on, so the model computes in float32 unless "
                 "the script sets a mixed_float16 dtype policy "
@@ -292,7 +292,7 @@ class KerasPort:
         )
         a.warn(
             inner,
-            rules.OPTIMIZER_KIND_UNKNOWN,
+            registry.OPTIMIZER_KIND_UNKNOWN,
             f"cannot see how `{_one_line(a.code(inner))}` is built{assumed}; {takes}, so it "
             "raises ValueError at start-up if this is one of the other Keras (tf_keras, "
             "optimizers.legacy or TensorFlow Addons in a Keras 3 process, or the reverse) or a "

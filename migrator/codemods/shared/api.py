@@ -2,45 +2,31 @@
 
 Names are compared after resolving them by scope (libcst's scope analysis), so an alias,
 a `from ... import`, `tensorflow.compat.v1` or a function-local import all land on one canonical
-spelling here; nothing in the migrator matches the text `tf.`.
+spelling here; nothing in the migrator matches the text `tf.`. The spellings themselves are
+migrator.registry's, which the earlier stages' triggers are derived from.
 """
 
 from __future__ import annotations
 
 import enum
 
+from migrator import registry
+
 LIBRARY = "npu_lossscale"
-FIXED = "FixedLossScaleManager"
-DYNAMIC = "ExponentialUpdateLossScaleManager"
-OPTIMIZER = "NPULossScaleOptimizer"
+FIXED = registry.TF_FIXED_MANAGER
+DYNAMIC = registry.TF_DYNAMIC_MANAGER
+OPTIMIZER = registry.NPU_OPTIMIZER
 # The Keras front-end's class. Targets are named by their import path relative to the package
 # (`keras.LossScaleOptimizer`), so that it never collides with a root class of the same name.
 KERAS_MODULE = LIBRARY + ".keras"
 KERAS_OPTIMIZER = "keras.LossScaleOptimizer"
 
-CONTRIB = "tensorflow.contrib.mixed_precision"
-_CONTRIB_MODULES = (
-    CONTRIB,
-    CONTRIB + ".python.loss_scale_manager",
-    CONTRIB + ".python.loss_scale_optimizer",
-)
+CONTRIB = registry.TF_CONTRIB
+_CONTRIB_MODULES = registry.TF_CONTRIB_MODULES
 # TensorFlow's own (non-contrib) homes of the v1 loss-scale API, after dropping `compat.v1`.
-_CORE_MODULES = (
-    "tensorflow.train.experimental",
-    "tensorflow.mixed_precision",
-    "tensorflow.mixed_precision.experimental",
-    "tensorflow.python.training.experimental.loss_scale",
-    "tensorflow.python.training.experimental.loss_scale_optimizer",
-    "tensorflow.python.training.experimental.mixed_precision",
-)
-_KERAS_MODULES = (
-    "tensorflow.keras.mixed_precision",
-    "tensorflow.keras.mixed_precision.experimental",
-    "tensorflow.mixed_precision",
-    "tensorflow.mixed_precision.experimental",
-    "keras.mixed_precision",
-)
-_VENDOR_PREFIXES = ("npu_bridge",)
+_CORE_MODULES = registry.TF_CORE_MODULES
+_KERAS_MODULES = registry.KERAS_MODULES
+_VENDOR_PREFIXES = registry.VENDOR_PREFIXES
 
 
 class Kind(enum.Enum):
@@ -66,20 +52,12 @@ class Kind(enum.Enum):
 KERAS_2_ORDER = ("dynamic", "initial_scale", "dynamic_growth_steps")
 KERAS_3_ORDER = ("initial_scale", "dynamic_growth_steps")
 _KERAS_HOMES: dict[str, tuple[str, ...] | None] = {
-    "tensorflow.keras.mixed_precision": None,
-    "keras.mixed_precision": None,
-    "tf_keras.mixed_precision": KERAS_2_ORDER,
-    "tensorflow.python.keras.mixed_precision.loss_scale_optimizer": KERAS_2_ORDER,
-    "keras.optimizers": KERAS_3_ORDER,
-    "tensorflow.keras.optimizers": KERAS_3_ORDER,
+    **dict.fromkeys(registry.KERAS_EITHER_HOMES),
+    **dict.fromkeys(registry.KERAS_2_HOMES, KERAS_2_ORDER),
+    **dict.fromkeys(registry.KERAS_3_HOMES, KERAS_3_ORDER),
 }
 # TF 2.1-2.3's `LossScaleOptimizer(optimizer, loss_scale)`.
-_KERAS_EXPERIMENTAL_HOMES = (
-    "tensorflow.keras.mixed_precision.experimental",
-    "keras.mixed_precision.experimental",
-    "tf_keras.mixed_precision.experimental",
-    "tensorflow.python.keras.mixed_precision.experimental.loss_scale_optimizer",
-)
+_KERAS_EXPERIMENTAL_HOMES = registry.KERAS_EXPERIMENTAL_HOMES
 
 
 def canonical(qualified: str) -> str:
@@ -107,20 +85,20 @@ def classify(name: str) -> Kind | None:
         return {
             FIXED: Kind.CONTRIB_FIXED,
             DYNAMIC: Kind.CONTRIB_DYNAMIC,
-            "LossScaleOptimizer": Kind.CONTRIB_OPTIMIZER,
+            registry.LOSS_SCALE_OPTIMIZER: Kind.CONTRIB_OPTIMIZER,
         }.get(leaf, Kind.UNPORTED)
     if module in _CORE_MODULES:
         kind = {
-            "DynamicLossScale": Kind.TF_DYNAMIC,
-            "FixedLossScale": Kind.TF_FIXED,
-            "MixedPrecisionLossScaleOptimizer": Kind.TF_OPTIMIZER,
-            "enable_mixed_precision_graph_rewrite": Kind.GRAPH_REWRITE,
+            registry.TF_DYNAMIC_LOSS_SCALE_CLASS: Kind.TF_DYNAMIC,
+            registry.TF_FIXED_LOSS_SCALE_CLASS: Kind.TF_FIXED,
+            registry.TF_MIXED_PRECISION_OPTIMIZER: Kind.TF_OPTIMIZER,
+            registry.TF_GRAPH_REWRITE: Kind.GRAPH_REWRITE,
         }.get(leaf)
         if kind is not None:
             return kind
-    if leaf == "LossScaleOptimizer" and module in _KERAS_HOMES:
+    if leaf == registry.LOSS_SCALE_OPTIMIZER and module in _KERAS_HOMES:
         return Kind.KERAS_OPTIMIZER
-    if leaf == "LossScaleOptimizer" and module in _KERAS_EXPERIMENTAL_HOMES:
+    if leaf == registry.LOSS_SCALE_OPTIMIZER and module in _KERAS_EXPERIMENTAL_HOMES:
         return Kind.KERAS_EXPERIMENTAL
     if module in _CORE_MODULES + _KERAS_MODULES and "LossScale" in leaf:
         return Kind.UNPORTED
@@ -153,18 +131,9 @@ PORTED_REWRITE_NOTE = "review by hand: only the loss scaling was ported"
 
 # Where Keras sets its global dtype policy. Under "mixed_float16", model.compile() wraps a plain
 # optimizer in Keras's own LossScaleOptimizer (any LossScaleOptimizer subclass is left alone).
-_POLICY_HOMES = (
-    "tensorflow.keras.mixed_precision",
-    "tensorflow.keras.mixed_precision.experimental",
-    "keras.mixed_precision",
-    "keras.mixed_precision.experimental",
-    "tf_keras.mixed_precision",
-    "tf_keras.mixed_precision.experimental",
-    "keras.config",
-    "tensorflow.keras.config",
-)
-_POLICY_SETTERS = ("set_global_policy", "set_policy", "set_dtype_policy")
-_POLICY_CLASSES = ("Policy", "DTypePolicy")
+_POLICY_HOMES = registry.POLICY_MIXED_PRECISION_HOMES + registry.POLICY_CONFIG_HOMES
+_POLICY_SETTERS = registry.POLICY_SETTERS
+_POLICY_CLASSES = registry.POLICY_CLASSES
 
 
 def _policy_home(module: str) -> bool:

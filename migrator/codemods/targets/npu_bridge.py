@@ -41,15 +41,15 @@ from collections.abc import Callable
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from migrator.codemods.shared import rules
+from migrator import registry
 from migrator.codemods.shared.visiting import visit
 from migrator.findings import Finding
 
 TARGETS = ("npulossscale", "npu-bridge")
-CHANGE = rules.TARGET_NPU_BRIDGE
-LOST = rules.TARGET_NPU_BRIDGE_LOST
-UNSUPPORTED = rules.TARGET_NPU_BRIDGE_UNSUPPORTED
-WRAPPER = rules.TARGET_NPU_BRIDGE_DISTRIBUTED
+CHANGE = registry.TARGET_NPU_BRIDGE
+LOST = registry.TARGET_NPU_BRIDGE_LOST
+UNSUPPORTED = registry.TARGET_NPU_BRIDGE_UNSUPPORTED
+WRAPPER = registry.TARGET_NPU_BRIDGE_DISTRIBUTED
 
 # The adapter's classes and the parameters they accept, in order.
 ADAPTER_PARAMETERS: dict[str, tuple[str, ...]] = {

@@ -26,8 +26,9 @@ import dataclasses
 
 import libcst as cst
 
+from migrator import registry
 from migrator.codemods.keras.port import KerasPort, Tf1Facts
-from migrator.codemods.shared import api, rules
+from migrator.codemods.shared import api
 from migrator.codemods.shared.api import Kind
 from migrator.codemods.shared.context import METADATA, FileContext
 from migrator.codemods.shared.imports import ImportPlan
@@ -169,7 +170,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         """Files importing npu_bridge were ported already: report what is left, change nothing."""
         # (which Keras a port would assume concerns a port that does not happen here)
         changes = [
-            f for f in self.file.findings if f.kind == "change" and f.rule != rules.KERAS_VERSION
+            f for f in self.file.findings if f.kind == "change" and f.rule != registry.KERAS_VERSION
         ]
         # Warnings about what a port would bring (the rewrite no longer switched on, the inner
         # optimizer's kind, Horovod's init) concern a port that does not happen here.
@@ -177,14 +178,14 @@ class LossScaleAnalyzer(cst.CSTVisitor):
             f
             for f in self.file.findings
             if f.kind != "change"
-            and f.rule not in (rules.OPTIMIZER_KIND_UNKNOWN, rules.DISTRIBUTED_UNVERIFIED)
+            and f.rule not in (registry.OPTIMIZER_KIND_UNKNOWN, registry.DISTRIBUTED_UNVERIFIED)
             and not f.message.startswith(api.PORTED_REWRITE_NOTE)
         ]
         for f in changes:
             self.file.findings.append(
                 dataclasses.replace(
                     f,
-                    rule=rules.NPU_BRIDGE,
+                    rule=registry.NPU_BRIDGE,
                     kind="warning",
                     message=f"not changed because the file already uses npu_bridge: {f.message}",
                 )

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import libcst as cst
 from libcst.metadata import Scope
 
-from migrator.codemods.shared import rules
+from migrator import registry
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.nodes import Parent
 
@@ -137,7 +137,7 @@ def plan_control_deps(file: FileContext, call: cst.Call, *, movable: bool) -> No
         file.edits.hoists[with_node] = statement
         file.change(
             call,
-            rules.MANAGER_IN_CONTROL_DEPS,
+            registry.MANAGER_IN_CONTROL_DEPS,
             f"the dynamic loss-scale manager moved out of the `with` block at line "
             f"{file.line(with_node)}: the NPU manager must not be built under "
             "tf.control_dependencies()",
@@ -145,7 +145,7 @@ def plan_control_deps(file: FileContext, call: cst.Call, *, movable: bool) -> No
         return
     file.warn(
         call,
-        rules.MANAGER_IN_CONTROL_DEPS,
+        registry.MANAGER_IN_CONTROL_DEPS,
         "a dynamic loss-scale manager is built inside tf.control_dependencies() (line "
         f"{file.line(with_node)}) and was left there ({reason or 'it is not movable'}): "
         "npu_lossscale's manager runs there as written, the Ascend adapter's does not; move "

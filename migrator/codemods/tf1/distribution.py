@@ -11,7 +11,8 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import GlobalScope
 
-from migrator.codemods.shared import api, rules
+from migrator import registry
+from migrator.codemods.shared import api
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.distributed import (
     DistributedFacts,
@@ -124,7 +125,7 @@ class Distribution:
         if self.facts.horovod_imported and not self.facts.initialised and _is_true(value):
             self.file.warn(
                 call,
-                rules.DISTRIBUTED_UNVERIFIED,
+                registry.DISTRIBUTED_UNVERIFIED,
                 "is_distributed=True: the file uses Horovod but never calls hvd.init(); the "
                 "optimizer raises at graph build unless Horovod is initialised first (e.g. by "
                 "the runner). If the script also runs without Horovod, pass the condition it "

@@ -13,7 +13,8 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import Scope
 
-from migrator.codemods.shared import api, rules
+from migrator import registry
+from migrator.codemods.shared import api
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.distributed import DistributedFacts
@@ -82,7 +83,7 @@ class FileImports:
                     self.star_bound.update((api.FIXED, api.DYNAMIC))
                 self.file.warn(
                     node,
-                    rules.STAR_IMPORT,
+                    registry.STAR_IMPORT,
                     f"`from {module} import *`: names it provides cannot be resolved; "
                     "port their uses by hand and import them explicitly",
                 )
@@ -133,7 +134,7 @@ class FileImports:
                 # Nothing here to port, but the file still fails to import without tf.contrib.
                 self.file.warn(
                     node,
-                    rules.UNPORTED_API,
+                    registry.UNPORTED_API,
                     f"`{bound}` is imported from tf.contrib and not used in this file (a "
                     "re-export?); tf.contrib does not exist in TensorFlow 2 or on Ascend: import "
                     f"it from {api.LIBRARY} here, and port the modules importing it from this one",
@@ -142,7 +143,7 @@ class FileImports:
                 self.file.edits.removals.setdefault(node, set()).add(index)
                 self.removed_bindings.add((id(node), bound))
                 self.file.change(
-                    node, rules.CONTRIB_IMPORT, f"removed the unused import of `{bound}`"
+                    node, registry.CONTRIB_IMPORT, f"removed the unused import of `{bound}`"
                 )
                 self._keep_reexport(node, scope, bound)
 
@@ -160,7 +161,7 @@ class FileImports:
             self.file.edits.removals.setdefault(node, set()).add(index)
             self.removed_bindings.add((id(node), bound))
             self.file.change(
-                node, rules.KERAS_IMPORT, f"removed the import of `{bound}`: no use is left"
+                node, registry.KERAS_IMPORT, f"removed the import of `{bound}`: no use is left"
             )
 
     def _keep_reexport(self, node: cst.CSTNode, scope: Scope, bound: str) -> bool:
@@ -183,7 +184,7 @@ class FileImports:
         self.file.edits.rebinds.setdefault(node, []).append((target, bound))
         self.file.change(
             node,
-            rules.REEXPORT,
+            registry.REEXPORT,
             f"other files import `{bound}` from this module: it stays bound here, to "
             f"{api.LIBRARY}'s {target}",
         )

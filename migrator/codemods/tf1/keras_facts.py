@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from migrator.codemods.shared import api, rules
+from migrator import registry
+from migrator.codemods.shared import api
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.nodes import code
@@ -134,7 +135,7 @@ class KerasFacts:
                 )
             self.file.warn(
                 call,
-                rules.KERAS_IMPLICIT_LOSS_SCALE,
+                registry.KERAS_IMPLICIT_LOSS_SCALE,
                 f"{policy} Keras wrap the optimizer of model.compile() in "
                 "its own LossScaleOptimizer, whose inf/NaN check misses an NPU's saturated "
                 "overflows (saturation mode); unless it is wrapped elsewhere, wrap it yourself: "

@@ -13,7 +13,8 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import Assignment
 
-from migrator.codemods.shared import api, rules
+from migrator import registry
+from migrator.codemods.shared import api
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.api import Kind
 from migrator.codemods.shared.context import FileContext
@@ -48,13 +49,13 @@ class LossScaleObjects:
         if call is None:
             self.file.edits.refs[node] = target
             self.file.site(node, node, target)
-            self.file.change(node, rules.CONTRIB_MANAGER, f"`{code(node)}` -> {target}")
+            self.file.change(node, registry.CONTRIB_MANAGER, f"`{code(node)}` -> {target}")
             return
         self.file.edits.calls[call] = CallEdit(target)
         self.file.site(call, node, target)
         self.file.change(
             call,
-            rules.CONTRIB_MANAGER,
+            registry.CONTRIB_MANAGER,
             f"`{code(node)}(...)` -> {target}(...), arguments unchanged",
         )
         if kind is Kind.CONTRIB_DYNAMIC:
@@ -64,7 +65,7 @@ class LossScaleObjects:
         if call is None:
             self.file.warn(
                 node,
-                rules.UNPORTED_API,
+                registry.UNPORTED_API,
                 f"`{code(node)}` is used as a value, not constructed; the NPU managers are a "
                 "different type, port this use by hand",
             )
@@ -185,4 +186,6 @@ class LossScaleObjects:
 
 
 def _ctor_rule(kind: Kind) -> str:
-    return rules.TF_DYNAMIC_LOSS_SCALE if kind is Kind.TF_DYNAMIC else rules.TF_FIXED_LOSS_SCALE
+    return (
+        registry.TF_DYNAMIC_LOSS_SCALE if kind is Kind.TF_DYNAMIC else registry.TF_FIXED_LOSS_SCALE
+    )

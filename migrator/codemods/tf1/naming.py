@@ -14,8 +14,9 @@ from collections.abc import Iterable
 import libcst as cst
 from libcst.metadata import Scope
 
+from migrator import registry
 from migrator.codemods.keras.version import KERAS_2_TARGET
-from migrator.codemods.shared import api, rules
+from migrator.codemods.shared import api
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.imports import ImportPlan, imported_names, plan_imports
 from migrator.codemods.shared.nodes import dotted
@@ -45,7 +46,7 @@ class NewImports:
         names = self._local_names()
         if names is None:
             self.file.give_up(
-                rules.NAME_CONFLICT,
+                registry.NAME_CONFLICT,
                 "the file binds both npu_lossscale class names and their fallback aliases; "
                 "nothing was changed, port it by hand",
             )
@@ -74,11 +75,13 @@ class NewImports:
             for line in lines:
                 code = module.code_for_node(line).strip()
                 message = f"adds `{code}` {where} the statement on this line"
-                self.file.change(anchor, rules.NPU_IMPORT, message)
+                self.file.change(anchor, registry.NPU_IMPORT, message)
         for existing, pairs in self.imports.merge.items():
             added = imported_names(pairs)
             library = dotted(existing.module) if existing.module else api.LIBRARY
-            self.file.change(existing, rules.NPU_IMPORT, f"adds {added} to this {library} import")
+            self.file.change(
+                existing, registry.NPU_IMPORT, f"adds {added} to this {library} import"
+            )
 
     def _local_names(self) -> dict[str, str] | None:
         """The name each needed class is used under: its own, else its fallback alias; the Keras

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from migrator import registry
 from migrator.codemods.keras.port import KerasPort
-from migrator.codemods.shared import api, rules
+from migrator.codemods.shared import api
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.api import Kind
 from migrator.codemods.shared.context import FileContext
@@ -63,7 +64,7 @@ class Optimizers:
         if call is None:
             self.file.edits.refs[node] = api.OPTIMIZER
             self.file.site(node, node, api.OPTIMIZER)
-            self.file.change(node, rules.CONTRIB_OPTIMIZER, f"`{code(node)}` -> {api.OPTIMIZER}")
+            self.file.change(node, registry.CONTRIB_OPTIMIZER, f"`{code(node)}` -> {api.OPTIMIZER}")
             return
         self.file.site(call, node, api.OPTIMIZER)
         self._contrib_optimizers.append((call, self.file.line(call)))
@@ -71,7 +72,7 @@ class Optimizers:
     def tf_optimizer(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, _: str) -> None:
         if call is None:
             self.file.warn(
-                node, rules.UNPORTED_API, f"`{code(node)}` is used as a value; port it by hand"
+                node, registry.UNPORTED_API, f"`{code(node)}` is used as a value; port it by hand"
             )
             return
         bound = args_.bind(call, _TF_OPT_PARAMS)
@@ -151,7 +152,7 @@ class Optimizers:
             flavour = self.kinds.flavour(inner) if inner else None
             keras = self._keras_problem(inner, flavour) if inner else None
             if keras is not None:
-                self.file.give_up(rules.UNPORTED_API, f"nothing was changed: {keras}", call)
+                self.file.give_up(registry.UNPORTED_API, f"nothing was changed: {keras}", call)
                 return False
             if inner is not None and flavour is None:
                 self._unknown_kind(inner, Kind.CONTRIB_OPTIMIZER)
@@ -199,7 +200,7 @@ class Optimizers:
                 " (TF 2's enable_mixed_precision_graph_rewrite takes only Keras optimizers: for "
                 "one, use npu_lossscale.keras.LossScaleOptimizer instead)"
             )
-        self.file.warn(inner, rules.OPTIMIZER_KIND_UNKNOWN, message)
+        self.file.warn(inner, registry.OPTIMIZER_KIND_UNKNOWN, message)
 
     def resolve(self) -> None:
         """Link each TF optimizer to its manager, decide the loss-scale objects, then port or
@@ -251,10 +252,12 @@ class Optimizers:
 
     def _emit_optimizer(self, opt: WrappedOptimizer) -> None:
         rule = (
-            rules.GRAPH_REWRITE if opt.kind is Kind.GRAPH_REWRITE else rules.TF_LOSS_SCALE_OPTIMIZER
+            registry.GRAPH_REWRITE
+            if opt.kind is Kind.GRAPH_REWRITE
+            else registry.TF_LOSS_SCALE_OPTIMIZER
         )
         if opt.keras:
-            rule = rules.UNPORTED_API
+            rule = registry.UNPORTED_API
         what = code(opt.call.func)
         if opt.problem is None and opt.unknown is not None:
             self._unknown_kind(opt.unknown, opt.kind)
@@ -300,7 +303,7 @@ class Optimizers:
                 Finding(
                     self.file.path,
                     opt.line,
-                    rules.GRAPH_REWRITE,
+                    registry.GRAPH_REWRITE,
                     f"{api.PORTED_REWRITE_NOTE}; on the NPU the compute "
                     "precision comes from the session's precision_mode (e.g. allow_mix_precision),"
                     " not from a graph rewrite",
@@ -321,7 +324,7 @@ class Optimizers:
                 Finding(
                     self.file.path,
                     line,
-                    rules.CONTRIB_OPTIMIZER,
+                    registry.CONTRIB_OPTIMIZER,
                     f"`{code(call.func)}(...)` -> {api.OPTIMIZER}(...){extra}",
                 )
             )

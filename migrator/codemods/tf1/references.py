@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 
 import libcst as cst
 
-from migrator.codemods.shared import api, rules
+from migrator import registry
+from migrator.codemods.shared import api
 from migrator.codemods.shared.api import Kind
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.nodes import code, dotted, is_dotted_name, walk
@@ -82,7 +83,7 @@ class ApiReferences:
             if isinstance(node, cst.Attribute) and node.attr.value in _LOSS_SCALE_CLASS_NAMES:
                 self.file.warn(
                     node,
-                    rules.UNRESOLVED_ACCESS,
+                    registry.UNRESOLVED_ACCESS,
                     f"`{code(node)}` reaches a loss-scale class through a call or a value the "
                     "tool cannot follow (a lazy loader?); port it by hand",
                 )
@@ -95,7 +96,7 @@ class ApiReferences:
         if self.file.ambiguous(node):
             self.file.warn(
                 node,
-                rules.UNRESOLVED_ACCESS,
+                registry.UNRESOLVED_ACCESS,
                 f"`{code(node)}` is bound to more than one thing in this scope "
                 "(e.g. a try/except import); port it by hand",
             )
@@ -123,7 +124,7 @@ class ApiReferences:
         self._foreign_warned.add(library)
         self.file.warn(
             node,
-            rules.TF_FOREIGN_LOSS_SCALE,
+            registry.TF_FOREIGN_LOSS_SCALE,
             f"`{code(node)}` ({api.foreign_loss_scale(name)} LossScaleOptimizer) is left as it "
             "is: its overflow check looks for inf/NaN only, so on an Ascend NPU in saturation "
             "mode, where an overflow is clamped to the fp16 maximum (65504), an overflowed step "
@@ -143,7 +144,7 @@ class ApiReferences:
             self._skip.add(id(target))
             self.file.warn(
                 call,
-                rules.UNRESOLVED_ACCESS,
+                registry.UNRESOLVED_ACCESS,
                 "getattr() on tf.contrib: the attribute is chosen at run time, so the tool "
                 "cannot tell which loss-scale class is used; port it by hand",
             )
@@ -159,7 +160,7 @@ class ApiReferences:
     def unported(self, node: cst.CSTNode, call: cst.Call | None, kind: Kind, name: str) -> None:
         self.file.warn(
             node,
-            rules.UNPORTED_API,
+            registry.UNPORTED_API,
             f"`{code(node)}` ({name}) has no npu_lossscale counterpart the tool can substitute; "
             "port it by hand",
         )
@@ -167,7 +168,7 @@ class ApiReferences:
     def module_access(self, node: cst.CSTNode, *_: object) -> None:
         self.file.warn(
             node,
-            rules.UNRESOLVED_ACCESS,
+            registry.UNRESOLVED_ACCESS,
             f"`{code(node)}` is used as a module object (passed, returned or stored); the tool "
             "cannot follow it to the class used, port it by hand",
         )

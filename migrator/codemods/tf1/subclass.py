@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from migrator.codemods.shared import rules
+from migrator import registry
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.nodes import code, walk
 
@@ -27,7 +27,7 @@ def incompatible_subclass(file: FileContext, base: cst.CSTNode) -> bool:
         return False
     file.warn(
         cls,
-        rules.SUBCLASS_OVERRIDE,
+        registry.SUBCLASS_OVERRIDE,
         f"class {cls.name.value} subclasses `{code(base)}` and {reason}; the npu_lossscale "
         "class works differently inside, so the subclass was left unchanged: port it by hand",
     )

@@ -23,8 +23,9 @@ import dataclasses
 import libcst as cst
 from libcst.metadata import Assignment, QualifiedNameSource, Scope, ScopeProvider
 
+from migrator import registry
 from migrator.codemods.shared import arguments as shared_args
-from migrator.codemods.shared import nodes, rules
+from migrator.codemods.shared import nodes
 from migrator.codemods.shared.lines import LineProvider, start_line
 from migrator.codemods.shared.nodes import code
 from migrator.codemods.shared.parents import ParentProvider
@@ -38,11 +39,11 @@ from migrator.codemods.torch.ported import first_ported_scaler
 from migrator.findings import Finding
 from migrator.selection.reexports import module_name
 
-RULE = rules.TORCH_GRAD_SCALER
-NPU_RULE = rules.TORCH_NPU
-DEVICE_RULE = rules.TORCH_DEVICE
-IMPORT_RULE = rules.TORCH_IMPORT
-FOREIGN_RULE = rules.TORCH_FOREIGN_LOSS_SCALE
+RULE = registry.TORCH_GRAD_SCALER
+NPU_RULE = registry.TORCH_NPU
+DEVICE_RULE = registry.TORCH_DEVICE
+IMPORT_RULE = registry.TORCH_IMPORT
+FOREIGN_RULE = registry.TORCH_FOREIGN_LOSS_SCALE
 
 _TRANSFER_NOTE = (
     "only the scaler was ported: device strings ('cuda', .cuda(), .to('cuda')) and autocast stay "
@@ -490,7 +491,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         except Conflict as conflict:
             self.findings = [f for f in self.findings if f.kind != "change"]
             self._warn(
-                conflict.node, f"nothing was changed: {conflict.reason}", rules.NAME_CONFLICT
+                conflict.node, f"nothing was changed: {conflict.reason}", registry.NAME_CONFLICT
             )
             self.plan = TorchPlan()
             return

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import libcst as cst
 
+from migrator import registry
 from migrator.codemods.shared import arguments as shared_args
-from migrator.codemods.shared import rules
 from migrator.codemods.shared.nodes import code
 from migrator.codemods.shared.visiting import visit
 
-RULE = rules.TORCH_SCALE_BELOW_ONE
+RULE = registry.TORCH_SCALE_BELOW_ONE
 STOCK_FLOOR = "0"  # min_loss_scale that gives torch's own rule
 
 

@@ -3,15 +3,17 @@
 Names are compared after libcst's scope analysis resolved them through the file's imports, so
 `torch.cuda.amp.GradScaler`, `amp.GradScaler` under `from torch.cuda import amp` and `Scaler`
 under `from torch.cuda.amp import GradScaler as Scaler` all arrive here as one spelling; nothing
-in the port matches the text `torch.`.
+in the port matches the text `torch.`. The spellings are migrator.registry's.
 """
 
 from __future__ import annotations
 
 import enum
 
+from migrator import registry
+
 LIBRARY = "npu_lossscale.torch"
-CLASS = "GradScaler"
+CLASS = registry.TORCH_SCALER
 PORTED = f"{LIBRARY}.{CLASS}"
 # The base class of the ported class and of every torch scaler (isinstance tests use it).
 BASE = "torch.amp.GradScaler"
@@ -41,30 +43,9 @@ AMP_PARAMS = (
 # torch.cuda.amp.GradScaler / torch.cpu.amp.GradScaler: the same without the device.
 DEVICE_FREE_PARAMS = AMP_PARAMS[1:]
 
-_SCALERS = {
-    "torch.cuda.amp": Kind.CUDA,
-    "torch.cuda.amp.grad_scaler": Kind.CUDA,
-    "torch.cpu.amp": Kind.CPU,
-    "torch.cpu.amp.grad_scaler": Kind.CPU,
-    "torch": Kind.AMP,  # torch.GradScaler, the same class as torch.amp's (torch 2.3 and later)
-    "torch.amp": Kind.AMP,
-    "torch.amp.grad_scaler": Kind.AMP,
-    # torch-npu registers itself as `torch.npu` once imported
-    "torch.npu.amp": Kind.NPU,
-    "torch.npu.amp.grad_scaler": Kind.NPU,
-    "torch_npu.npu.amp": Kind.NPU,
-    "torch_npu.npu.amp.grad_scaler": Kind.NPU,
-}
+_SCALERS = {m: Kind(k) for m, k in registry.TORCH_SCALER_HOMES.items()}
 # Scalers the port leaves, each with what it is (every use is reported).
-_SHARDED = {
-    "torch.distributed.fsdp.ShardedGradScaler": "FSDP's sharded scaler",
-    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler": "FSDP's sharded scaler",
-    # fairscale's, torch.cuda.amp.GradScaler subclasses for its sharded optimizers and FSDP
-    "fairscale.optim.grad_scaler.ShardedGradScaler": "fairscale's sharded scaler",
-    "fairscale.optim.ShardedGradScaler": "fairscale's sharded scaler",
-    "fairscale.optim.grad_scaler.GradScaler": "fairscale's scaler for its FSDP",
-    "fairscale.optim.GradScaler": "fairscale's scaler for its FSDP",
-}
+_SHARDED = registry.TORCH_SHARDED_SCALERS
 # Modules whose import the port may drop once every use of it was rewritten (`import torch`
 # goes too where the port rewrote every read of `torch`: npu_lossscale.torch imports it).
 AMP_MODULES = frozenset(m for m, k in _SCALERS.items() if k is not Kind.NPU and m != "torch")
@@ -85,15 +66,7 @@ def classify(name: str) -> Kind | None:
 
 
 # Other libraries' loss scaling for torch, which the port leaves: each checks inf/NaN only.
-_FOREIGN = {
-    "apex.amp.scale_loss": "apex's amp.scale_loss",
-    "apex.amp.initialize": "apex's amp.initialize",
-    "apex.amp.handle.scale_loss": "apex's amp.scale_loss",
-    "apex.fp16_utils.FP16_Optimizer": "apex's FP16_Optimizer",
-    "apex.fp16_utils.fp16_optimizer.FP16_Optimizer": "apex's FP16_Optimizer",
-    "apex.fp16_utils.DynamicLossScaler": "apex's DynamicLossScaler",
-    "apex.fp16_utils.loss_scaler.DynamicLossScaler": "apex's DynamicLossScaler",
-}
+_FOREIGN = registry.TORCH_FOREIGN_LOSS_SCALING
 
 
 def foreign(name: str) -> str | None:
