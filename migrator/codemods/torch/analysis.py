@@ -18,8 +18,6 @@ A file already on torch-npu's own scaler is left byte-identical.
 
 from __future__ import annotations
 
-import dataclasses
-
 import libcst as cst
 from libcst.metadata import Assignment, QualifiedNameSource, Scope, ScopeProvider
 
@@ -34,7 +32,7 @@ from migrator.codemods.torch import annotations, below_one, branches, names, sca
 from migrator.codemods.torch.arguments import builder
 from migrator.codemods.torch.imports import Conflict, ImportSite, plan_imports
 from migrator.codemods.torch.names import Kind
-from migrator.codemods.torch.plan import TorchPlan
+from migrator.codemods.torch.plan import ImportBinding, TorchPlan
 from migrator.codemods.torch.ported import first_ported_scaler
 from migrator.findings import Finding
 from migrator.selection.reexports import module_name
@@ -50,16 +48,6 @@ _TRANSFER_NOTE = (
     "as written; on Ascend, torch-npu maps them to the NPU when the entry script starts with "
     "`import torch_npu` and `from torch_npu.contrib import transfer_to_npu`"
 )
-
-
-@dataclasses.dataclass
-class _Binding:
-    """One alias of an import statement that the port may drop."""
-
-    node: cst.Import | cst.ImportFrom
-    index: int
-    bound: str  # the local name
-    qualified: str
 
 
 class TorchScalerAnalyzer(cst.CSTVisitor):
@@ -83,7 +71,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self.findings: list[Finding] = []
         self._sites: list[ImportSite] = []
         self._consumed: set[int] = set()  # ids of the root names of rewritten references
-        self._bindings: list[_Binding] = []
+        self._bindings: list[ImportBinding] = []
         self._npu: list[tuple[cst.CSTNode, str]] = []  # torch-npu scaler uses (node, what)
         self._transfer = False  # the file imports torch-npu's transfer_to_npu
         self._star: str | None = None  # a torch amp module imported with `*`
@@ -157,7 +145,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self, node: cst.Import | cst.ImportFrom, index: int, local: str, full: str
     ) -> None:
         if names.is_removable_binding(full):
-            self._bindings.append(_Binding(node, index, local, full))
+            self._bindings.append(ImportBinding(node, index, local, full))
 
     # ----------------------------------------------------------------- references
     def visit_Name(self, node: cst.Name) -> bool:
@@ -557,7 +545,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         statement = self.parent(node)
         return statement is not None and isinstance(self.parent(statement), cst.Module)
 
-    def _references(self, binding: _Binding) -> list[cst.CSTNode]:
+    def _references(self, binding: ImportBinding) -> list[cst.CSTNode]:
         scope = self.scope(binding.node)
         if scope is None:
             return []

@@ -28,3 +28,13 @@ class TorchPlan:
 
     def __bool__(self) -> bool:
         return bool(self.calls or self.refs)
+
+
+@dataclasses.dataclass
+class ImportBinding:
+    """One alias of an import statement that the port may drop (into `TorchPlan.removals`)."""
+
+    node: cst.Import | cst.ImportFrom
+    index: int
+    bound: str  # the local name
+    qualified: str
