@@ -79,10 +79,11 @@ model = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 scaler = torch.amp.GradScaler("cpu", init_scale=1.0, growth_interval=1000)
 for batch_idx in range(1, 9):
-    x = torch.full((64, 4), 1e38 if batch_idx in (2, 3, 4) else 0.5)
-    loss = model(x).sum()
-    opt.zero_grad()
-    scaler.scale(loss).backward()
+    x = torch.full((64, 4), 0.5)
+    if batch_idx in (2, 3, 4):
+        x.fill_(1e38)  # sum-reduced: overflows at scale 1 and below
+    opt.zero_grad(set_to_none=True)
+    scaler.scale(model(x).sum()).backward()
     scaler.step(opt)
     scaler.update()
     {read}
@@ -113,7 +114,7 @@ def test_a_scale_read_then_compared_below_one_keeps_torchs_rule(
     ported = (tmp_path / "t.py").read_text(encoding="utf-8")
     assert "GradScaler(\"cpu\", init_scale=1.0, growth_interval=1000, min_loss_scale=0)" in ported
     warned = _warnings(json.loads(report.read_text(encoding="utf-8"))["findings"], "t.py")
-    assert [f["line"] for f in warned] == [18]
+    assert [f["line"] for f in warned] == [19]
     assert json_lines(sys.executable, tmp_path, "t.py") == stock
 
 
