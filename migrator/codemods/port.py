@@ -13,6 +13,7 @@ from migrator.codemods.torch.analysis import TorchScalerAnalyzer
 from migrator.codemods.torch.rewrite import TorchRewriter
 from migrator.findings import Finding
 from migrator.selection.keras_helpers import KerasHelper
+from migrator.selection.scaler_helpers import ScalerHelper
 
 # The metadata the port resolves on the wrapper it is given.
 LOSS_SCALE_METADATA = LossScaleAnalyzer.get_inherited_dependencies()
@@ -42,9 +43,10 @@ def port_torch(
     path: str,
     reexports: frozenset[tuple[str, str]] = frozenset(),
     scaler_attrs: frozenset[str] = frozenset(),
+    scaler_helpers: frozenset[ScalerHelper] = frozenset(),
 ) -> tuple[cst.Module, list[Finding]]:
     """Rewrite torch's GradScaler uses in one file; returns the new tree and the findings."""
-    analyzer = TorchScalerAnalyzer(path, reexports, scaler_attrs)
+    analyzer = TorchScalerAnalyzer(path, reexports, scaler_attrs, scaler_helpers)
     visit_wrapper(wrapper, analyzer)
     if not analyzer.plan:
         return wrapper.module, analyzer.findings

@@ -27,6 +27,7 @@ from migrator.selection.keras_helpers import KerasHelper, legacy_keras_helpers
 from migrator.selection.prefilter import might_need_migration
 from migrator.selection.reexports import imported_from
 from migrator.selection.scaler_attrs import other_scaler_attrs
+from migrator.selection.scaler_helpers import ScalerHelper, calls_helper, scaler_helpers
 from migrator.selection.triage import parses, verdict, widen
 from migrator.sources import limits, pytree
 from migrator.sources.files import SourceFile
@@ -302,6 +303,8 @@ def run(
     reexports: set[tuple[str, str]] = set()  # what files import from each other, by name
     keras_helpers: set[KerasHelper] = set()  # functions that set TF_USE_LEGACY_KERAS
     scaler_attrs: set[str] = set()  # self.<attr> given a scaler the port does not build
+    helpers: set[ScalerHelper] = set()  # functions that build a scaler
+    quiet: list[tuple[SourceFile, bytes]] = []  # no trigger: only a helper call may matter
     for source in files:
         data, error = _read(source)
         if data is None:
@@ -313,14 +316,21 @@ def run(
         reexports |= imported_from(data)
         keras_helpers |= legacy_keras_helpers(source.display, data)
         scaler_attrs |= other_scaler_attrs(data)
+        helpers |= scaler_helpers(source.display, data)
         if might_need_migration(data, add_loss_scale=config.add_loss_scale is not None):
             pending.append((source, data))
         elif source.named and not parses(data):
             pending.append((source, data))  # the full pass reports why, in its own words
         else:
-            outcomes.append(FileOutcome(source, "unchanged"))
+            quiet.append((source, data))
+    admitted = {s.display: d for s, d in pending}
     pending, cleared = _triage(pending, add_loss_scale=config.add_loss_scale is not None)
-    outcomes += [FileOutcome(source, "unchanged") for source in cleared]
+    # a file calling another file's scaler helper may rely on a scale below 1 (below_one)
+    for source, data in quiet + [(s, admitted[s.display]) for s in cleared]:
+        if helpers and calls_helper(data, frozenset(helpers)):
+            pending.append((source, data))
+        else:
+            outcomes.append(FileOutcome(source, "unchanged"))
 
     if pending:
         from migrator.pipeline.transform import MigrateOptions
@@ -332,6 +342,7 @@ def run(
             reexports=frozenset(reexports),
             keras_helpers=frozenset(keras_helpers),
             scaler_attrs=frozenset(scaler_attrs),
+            scaler_helpers=frozenset(helpers),
         )
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:

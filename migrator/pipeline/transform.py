@@ -34,6 +34,7 @@ from migrator.selection.prefilter import might_need_loss_scale_port, might_need_
 from migrator.selection.prefilter import (
     might_need_migration as might_need_migration,  # the CLI's contract
 )
+from migrator.selection.scaler_helpers import ScalerHelper, calls_helper
 from migrator.sources import limits, source_errors
 
 Distributed = Literal["auto", "always", "never"]
@@ -53,6 +54,9 @@ class MigrateOptions:
     # self.<attr> names some file of the run assigns a scaler the port does not build
     # (migrator.selection.scaler_attrs): their annotations stay torch's
     scaler_attrs: frozenset[str] = frozenset()
+    # functions of the run's files that build a scaler (migrator.selection.scaler_helpers): a
+    # file that calls one and relies on a scale below 1 is warned
+    scaler_helpers: frozenset[ScalerHelper] = frozenset()
 
     def __post_init__(self) -> None:
         if self.add_loss_scale is not None:
@@ -190,15 +194,15 @@ def _port(
         module, findings = port_loss_scale(
             wrapper, path, options.distributed, options.reexports, options.keras_helpers
         )
-    if not might_need_torch_port(source):
+    helpers = options.scaler_helpers
+    if not might_need_torch_port(source) and not calls_helper(source, helpers):
         return module, findings
+    facts = (options.reexports, options.scaler_attrs, helpers)
     if not any(f.kind == "change" for f in findings):
-        module, torch_findings = port_torch(wrapper, path, options.reexports, options.scaler_attrs)
+        module, torch_findings = port_torch(wrapper, path, *facts)
         return module, [*findings, *torch_findings]
     # Rare (one file using both frameworks' scalers): a second resolution on the ported tree.
-    ported, torch_findings = port_torch(
-        Wrapper(module), path, options.reexports, options.scaler_attrs
-    )
+    ported, torch_findings = port_torch(Wrapper(module), path, *facts)
     mapped = _map_lines(torch_findings, wrapper.module.code, module.code)
     return ported, [*findings, *mapped]
 

@@ -36,6 +36,7 @@ from migrator.codemods.torch.plan import ImportBinding, TorchPlan
 from migrator.codemods.torch.ported import first_ported_scaler
 from migrator.findings import Finding
 from migrator.selection.reexports import module_name
+from migrator.selection.scaler_helpers import ScalerHelper
 
 RULE = registry.TORCH_GRAD_SCALER
 NPU_RULE = registry.TORCH_NPU
@@ -60,8 +61,10 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         path: str,
         reexports: frozenset[tuple[str, str]] = frozenset(),
         scaler_attrs: frozenset[str] = frozenset(),
+        scaler_helpers: frozenset[ScalerHelper] = frozenset(),
     ) -> None:
         super().__init__()
+        self._helpers = scaler_helpers  # other files' functions that build a scaler
         self.path = path
         # names other files of the run import from this module (migrator.selection.reexports)
         self._reexported = {name for module, name in reexports if module == module_name(path)}
@@ -77,7 +80,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._star: str | None = None  # a torch amp module imported with `*`
         self._star_warned = False
         self._roots: set[str] = set()
-        self._guard: tuple[cst.Comparison, str] | None = None  # `get_scale() < 1e-4` somewhere
+        self._guard: tuple[cst.CSTNode, str] | None = None  # `get_scale() < 1e-4` somewhere
         self._guard_warned = False
         self._chosen: set[int] = set()  # names bound to torch.amp's scaler or, on old torch, cuda's
         self._annotations: list[cst.Name | cst.Attribute] = []  # CUDA/CPU scalers annotated
@@ -357,12 +360,11 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             )
         if self._guard is not None and not self._guard_warned:
             self._guard_warned = True
-            comparison, threshold = self._guard
+            guard, how = self._guard
             self._warn(
-                comparison,
-                f"the script checks the scale against {threshold}, below 1, where torch's scale "
-                f"may go; {names.PORTED}'s default floor of 1 would keep this from ever firing, "
-                "so min_loss_scale=0 was added to each ported scaler of this file",
+                guard,
+                f"the script {how}; {names.PORTED}'s default floor is 1 (torch's scale has "
+                "none), so min_loss_scale=0 was added to each ported scaler of this file",
                 below_one.RULE,
             )
 
@@ -444,6 +446,9 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             self._leave_npu_file()
             return
         self._unused_imports()
+        elsewhere = below_one.built_elsewhere(original_node, self._guard, self._helpers)
+        if elsewhere is not None and not self._guard_warned:
+            self._warn(elsewhere[0], elsewhere[1], below_one.RULE)
         if not self._left:
             for node in self._annotations:
                 if annotations.holds_other_values(
