@@ -1,0 +1,42 @@
+"""TF code that scales its loss by hand (tensorflow/benchmarks' tf_cnn_benchmarks shape) is left as
+it is with one warning at its inf/NaN-only overflow check; a file that only checks a loss's
+finiteness for logging gets none. Both run through the real CLI and stay byte-identical."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_runner import MIGRATOR_FIXTURES, port_fixture_tree
+
+FIXTURE = MIGRATOR_FIXTURES / "hand_loss_scale"
+
+
+@pytest.fixture(scope="module")
+def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return port_fixture_tree(tmp_path_factory.mktemp("hand_loss_scale"), FIXTURE)
+
+
+def _findings(ported: dict, name: str) -> list[dict]:
+    return [f for f in ported["findings"] if Path(f["path"]).name == name]
+
+
+def test_hand_scaling_is_warned_once_at_the_overflow_check(ported) -> None:
+    source = (FIXTURE / "hand_scaled.py").read_text(encoding="utf-8").splitlines()
+    check = next(n for n, text in enumerate(source, 1) if "tf.is_finite(g)" in text)
+    (found,) = _findings(ported, "hand_scaled.py")
+    assert (found["rule"], found["kind"], found["line"]) == ("tf-hand-loss-scale", "warning", check)
+    message = found["message"]
+    assert "scales its loss by hand (`loss * loss_scale`" in message
+    assert "finds inf/NaN only" in message and "65504" in message
+    assert "NPULossScaleOptimizer" in message and "INF/NAN mode" in message
+
+
+def test_a_loss_checked_for_logging_only_is_not_warned(ported) -> None:
+    assert _findings(ported, "finite_loss_logging.py") == []
+
+
+@pytest.mark.parametrize("name", ["hand_scaled.py", "finite_loss_logging.py"])
+def test_both_files_are_left_byte_identical(ported, name: str) -> None:
+    assert (ported["out"] / name).read_bytes() == (FIXTURE / name).read_bytes()
+    assert ported["again"].returncode == 0
