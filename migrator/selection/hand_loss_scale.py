@@ -18,12 +18,18 @@ gradients where the file has one, else at the loss multiplication (the check is 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from migrator import registry
 from migrator.findings import Finding
 from migrator.sources import pytree
 
+# `loss * scale` or `scale * loss` on one line, a name or a call around either (the tree decides;
+# this only spares the walk on the many training files that spell all three words).
+_PRODUCT = re.compile(
+    rb"loss\w*\)?\s*\*\s*[\w.(]*scale|scale\w*\)?\s*\*\s*[\w.(]*loss", re.IGNORECASE
+)
 _DIVIDES = frozenset({"div", "divide", "truediv", "realdiv", "div_no_nan"})
 _PASS_THROUGH = frozenset({"cast", "convert_to_tensor", "identity", "read_value"})
 
@@ -58,6 +64,7 @@ def might_scale_by_hand(source: bytes) -> bool:
         and b"loss" in source
         and b"tensorflow" in source
         and b"float_status" not in source  # the NPU's own overflow flags: a vendor hand port
+        and _PRODUCT.search(source) is not None
     )
 
 
