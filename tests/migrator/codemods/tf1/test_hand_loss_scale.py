@@ -32,11 +32,22 @@ def test_hand_scaling_is_warned_once_at_the_overflow_check(ported) -> None:
     assert "NPULossScaleOptimizer" in message and "INF/NAN mode" in message
 
 
-def test_a_loss_checked_for_logging_only_is_not_warned(ported) -> None:
-    assert _findings(ported, "finite_loss_logging.py") == []
+def test_without_a_check_in_the_file_it_is_warned_at_the_loss_multiplication(ported) -> None:
+    source = (FIXTURE / "scaled_elsewhere.py").read_text(encoding="utf-8").splitlines()
+    product = next(n for n, text in enumerate(source, 1) if "total_loss * self.loss_scale" in text)
+    (found,) = _findings(ported, "scaled_elsewhere.py")
+    assert (found["rule"], found["line"]) == ("tf-hand-loss-scale", product)
+    assert "an overflow check on the gradients' values (tf.is_finite) finds inf/NaN only" in (
+        found["message"]
+    )
 
 
-@pytest.mark.parametrize("name", ["hand_scaled.py", "finite_loss_logging.py"])
+@pytest.mark.parametrize("name", ["finite_loss_logging.py", "split_scopes.py"])
+def test_no_hand_scaled_step_no_warning(ported, name: str) -> None:
+    assert _findings(ported, name) == []
+
+
+@pytest.mark.parametrize("name", [p.name for p in sorted(FIXTURE.glob("*.py"))])
 def test_both_files_are_left_byte_identical(ported, name: str) -> None:
     assert (ported["out"] / name).read_bytes() == (FIXTURE / name).read_bytes()
     assert ported["again"].returncode == 0
