@@ -37,9 +37,8 @@ def test_without_a_check_in_the_file_it_is_warned_at_the_loss_multiplication(por
     product = next(n for n, text in enumerate(source, 1) if "total_loss * self.loss_scale" in text)
     (found,) = _findings(ported, "scaled_elsewhere.py")
     assert (found["rule"], found["line"]) == ("tf-hand-loss-scale", product)
-    assert "an overflow check on the gradients' values (tf.is_finite) finds inf/NaN only" in (
-        found["message"]
-    )
+    wording = "an overflow check on the gradients' values (tf.is_finite) finds inf/NaN only"
+    assert wording in found["message"]
 
 
 @pytest.mark.parametrize("name", ["finite_loss_logging.py", "split_scopes.py"])
