@@ -216,6 +216,7 @@ MANAGER_IN_CONTROL_DEPS = "manager-in-control-deps"
 SUBCLASS_OVERRIDE = "subclass-override"
 NPU_BRIDGE = "npu-bridge"
 TF_FOREIGN_LOSS_SCALE = "tf-foreign-loss-scale"
+TF_HAND_LOSS_SCALE = "tf-hand-loss-scale"  # loss scaled by hand: migrator.selection.hand_loss_scale
 
 # ----------------------------------------------------------------- Keras
 KERAS_LOSS_SCALE_OPTIMIZER = "keras-loss-scale-optimizer"

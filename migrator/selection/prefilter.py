@@ -9,6 +9,7 @@ add an API spelling there, not here.
 from __future__ import annotations
 
 from migrator import registry
+from migrator.selection.hand_loss_scale import might_scale_by_hand
 
 
 def _bytes(words: tuple[str, ...]) -> tuple[bytes, ...]:
@@ -44,6 +45,7 @@ def might_need_migration(source: bytes, *, add_loss_scale: bool = False) -> bool
         any(t in source for t in _TRIGGERS)
         or _dynamic_contrib(source)
         or _steps(source)
+        or _hand_scaled(source)
         or (add_loss_scale and might_need_loss_scale_added(source))
     )
 
@@ -73,3 +75,9 @@ def _steps(source: bytes) -> bool:
     # scaling: an optimizer class it shares must not gain an increment (the step would advance
     # twice there).
     return any(n in source for n in _STEP_NAMES) and any(c in source for c in _STEP_CALLS)
+
+
+def _hand_scaled(source: bytes) -> bool:
+    # TF code scaling its loss by hand with its own is_finite check need spell no trigger
+    # (migrator.selection.hand_loss_scale decides; the triage admits what it finds).
+    return b"is_finite" in source and might_scale_by_hand(source)

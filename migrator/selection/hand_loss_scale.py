@@ -1,0 +1,206 @@
+"""TensorFlow code that scales its loss by hand, and where to warn that its overflow check fails.
+
+`scaled_loss = total_loss * self.loss_scale`, gradients of that, then `grad * (1. / loss_scale)`
+(tensorflow/benchmarks' tf_cnn_benchmarks): no API the port rewrites is named, so the file passed
+silently. Its overflow check reads the gradients' values (`tf.reduce_all(tf.is_finite(grads))`),
+which on an Ascend NPU in saturation mode never sees an overflow: the overflowed values are clamped
+to the fp16 maximum (65504), finite. The finding is the only thing done here; the file is left.
+
+Read with the standard library's `ast` (the tree the triage has just parsed), so the triage can
+admit such a file and the pipeline can warn about it without a libcst pass. Precise on purpose:
+a loss multiplied by a scale and gradients divided (or multiplied by the reciprocal) by the same
+scale, both in one function (or both at module level), in a file that imports TensorFlow. A file
+that only checks a loss's finiteness for logging does not qualify, and a file that reads the NPU's
+own float status (a vendor hand port) is left alone. The warning sits at the first `is_finite` on
+gradients where the file has one, else at the loss multiplication (the check is in another file).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from migrator import registry
+from migrator.findings import Finding
+from migrator.sources import pytree
+
+# `loss * scale` or `scale * loss` on one line, a name or a call around either (the tree decides;
+# this only spares the walk on the many training files that spell all three words).
+_PRODUCT = re.compile(
+    rb"loss\w*\)?\s*\*\s*[\w.(]*scale|scale\w*\)?\s*\*\s*[\w.(]*loss", re.IGNORECASE
+)
+_DIVIDES = frozenset({"div", "divide", "truediv", "realdiv", "div_no_nan"})
+_PASS_THROUGH = frozenset({"cast", "convert_to_tensor", "identity", "read_value"})
+
+
+def finding(source: bytes, path: str) -> Finding | None:
+    """The warning for a file that scales its loss by hand, or None."""
+    found = site(source)
+    if found is None:
+        return None
+    line, scaled, check = found
+    where = (
+        f"its overflow check (`{check}`) finds inf/NaN only"
+        if check
+        else "an overflow check on the gradients' values (tf.is_finite) finds inf/NaN only"
+    )
+    return Finding(
+        path,
+        line,
+        registry.TF_HAND_LOSS_SCALE,
+        f"the file scales its loss by hand (`{scaled}`, gradients scaled back); left as it is: "
+        f"{where} and misses overflows an Ascend NPU in saturation mode clamps to 65504, so an "
+        "overflowed step is applied; port it to NPULossScaleOptimizer (or run in INF/NAN mode)",
+        "warning",
+    )
+
+
+def might_scale_by_hand(source: bytes) -> bool:
+    """False => `site` finds nothing (a byte test, before any parse)."""
+    return (
+        b"scale" in source
+        and b"grad" in source
+        and b"loss" in source
+        and b"tensorflow" in source
+        and b"float_status" not in source  # the NPU's own overflow flags: a vendor hand port
+        and _PRODUCT.search(source) is not None
+    )
+
+
+def site(source: bytes) -> tuple[int, str, str | None] | None:
+    """(line to warn at, the loss multiplication, the gradient check or None), or None."""
+    if not might_scale_by_hand(source):
+        return None
+    try:
+        tree = pytree.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if not _imports_tensorflow(tree):
+        return None
+    scaled = next((m for scope in _scopes(tree) for m in _scaled_losses(scope)), None)
+    if scaled is None:
+        return None
+    checks = sorted(_gradient_checks(tree), key=lambda n: (n.lineno, n.col_offset))
+    if checks:
+        return checks[0].lineno, ast.unparse(scaled), ast.unparse(checks[0])
+    return scaled.lineno, ast.unparse(scaled), None
+
+
+def _imports_tensorflow(tree: ast.Module) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            if any(a.name.split(".")[0] == "tensorflow" for a in node.names):
+                return True
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.split(".")[0] == "tensorflow":
+                return True
+    return False
+
+
+def _scopes(tree: ast.Module) -> Iterator[list[ast.AST]]:
+    """The nodes of each function (nested ones included), then those of the module's own code."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield list(ast.walk(node))
+    top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.ClassDef))]
+    yield [n for s in top for n in ast.walk(s)]
+
+
+def _scaled_losses(scope: list[ast.AST]) -> Iterator[ast.BinOp]:
+    """`loss * scale` whose scale the same scope also divides gradients by."""
+    unscaled = {name for node in scope for name in _unscaled_by(node)}
+    for node in scope:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            for loss, scale in ((node.left, node.right), (node.right, node.left)):
+                name = _name(scale)
+                if _is_loss(_name(loss)) and _is_scale(name) and name in unscaled:
+                    yield node
+
+
+def _unscaled_by(node: ast.AST) -> Iterator[str]:
+    """The scale names a gradient expression is divided by here: `g / s`, `g * (1. / s)`,
+    `tf.div(g, s)`; a gradient is a name spelling `grad`, or any value of a comprehension over
+    one (`[g / s for g in grads]`)."""
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+        if any(_mentions_grad(g.iter) for g in node.generators):
+            for inner in ast.walk(node.elt):
+                yield from _divisions(inner, any_value=True)
+        return
+    yield from _divisions(node, any_value=False)
+
+
+def _divisions(node: ast.AST, *, any_value: bool) -> Iterator[str]:
+    def grad(value: ast.AST) -> bool:
+        return any_value or _mentions_grad(value)
+
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Div) and grad(node.left):
+            yield _name(node.right)
+        elif isinstance(node.op, ast.Mult):
+            for value, other in ((node.left, node.right), (node.right, node.left)):
+                if grad(value):
+                    yield from _reciprocals(other)
+    elif isinstance(node, ast.Call) and _callee(node) in _DIVIDES and len(node.args) == 2:
+        if grad(node.args[0]):
+            yield _name(node.args[1])
+
+
+def _reciprocals(node: ast.AST) -> Iterator[str]:
+    """The scale names `1. / s` (or `tf.math.reciprocal(s)`) divides by, anywhere inside."""
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Div):
+            yield _name(inner.right)
+        elif isinstance(inner, ast.Call) and _callee(inner) == "reciprocal" and inner.args:
+            yield _name(inner.args[0])
+
+
+def _gradient_checks(tree: ast.Module) -> Iterator[ast.Call]:
+    """`is_finite(...)` over gradients: its argument spells `grad`, or it is the value of a
+    comprehension over them (`[tf.reduce_all(tf.is_finite(g)) for g in grads]`)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _callee(node) == "is_finite":
+            if any(_mentions_grad(a) for a in node.args):
+                yield node
+        elif isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+            if any(_mentions_grad(g.iter) for g in node.generators):
+                for inner in ast.walk(node.elt):
+                    if isinstance(inner, ast.Call) and _callee(inner) == "is_finite":
+                        yield inner
+
+
+def _callee(call: ast.Call) -> str:
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _name(node: ast.AST) -> str:
+    """The last name an operand spells: `self.loss_scale` -> loss_scale; a cast or a call
+    (`tf.cast(s, ...)`, `get_loss_scale()`) by what it reads or calls."""
+    while isinstance(node, ast.Call):
+        if _callee(node) in _PASS_THROUGH and node.args:
+            node = node.args[0]
+        else:
+            return _callee(node)
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _is_scale(name: str) -> bool:
+    lower = name.lower()
+    return "scale" in lower and "scaled" not in lower and not lower.endswith("loss")
+
+
+def _is_loss(name: str) -> bool:
+    return "loss" in name.lower() and not _is_scale(name)
+
+
+def _mentions_grad(node: ast.AST) -> bool:
+    for inner in ast.walk(node):
+        name = inner.id if isinstance(inner, ast.Name) else getattr(inner, "attr", None)
+        if isinstance(name, str) and "grad" in name.lower():
+            return True
+    return False

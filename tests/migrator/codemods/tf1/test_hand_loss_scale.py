@@ -1,0 +1,52 @@
+"""TF code that scales its loss by hand (tensorflow/benchmarks' tf_cnn_benchmarks shape) is left as
+it is with one warning at its inf/NaN-only overflow check; a file that only checks a loss's
+finiteness for logging gets none. Both run through the real CLI and stay byte-identical."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_runner import MIGRATOR_FIXTURES, port_fixture_tree
+
+FIXTURE = MIGRATOR_FIXTURES / "hand_loss_scale"
+
+
+@pytest.fixture(scope="module")
+def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return port_fixture_tree(tmp_path_factory.mktemp("hand_loss_scale"), FIXTURE)
+
+
+def _findings(ported: dict, name: str) -> list[dict]:
+    return [f for f in ported["findings"] if Path(f["path"]).name == name]
+
+
+def test_hand_scaling_is_warned_once_at_the_overflow_check(ported) -> None:
+    source = (FIXTURE / "hand_scaled.py").read_text(encoding="utf-8").splitlines()
+    check = next(n for n, text in enumerate(source, 1) if "tf.is_finite(g)" in text)
+    (found,) = _findings(ported, "hand_scaled.py")
+    assert (found["rule"], found["kind"], found["line"]) == ("tf-hand-loss-scale", "warning", check)
+    message = found["message"]
+    assert "scales its loss by hand (`loss * loss_scale`" in message
+    assert "finds inf/NaN only" in message and "65504" in message
+    assert "NPULossScaleOptimizer" in message and "INF/NAN mode" in message
+
+
+def test_without_a_check_in_the_file_it_is_warned_at_the_loss_multiplication(ported) -> None:
+    source = (FIXTURE / "scaled_elsewhere.py").read_text(encoding="utf-8").splitlines()
+    product = next(n for n, text in enumerate(source, 1) if "total_loss * self.loss_scale" in text)
+    (found,) = _findings(ported, "scaled_elsewhere.py")
+    assert (found["rule"], found["line"]) == ("tf-hand-loss-scale", product)
+    wording = "an overflow check on the gradients' values (tf.is_finite) finds inf/NaN only"
+    assert wording in found["message"]
+
+
+@pytest.mark.parametrize("name", ["finite_loss_logging.py", "split_scopes.py"])
+def test_no_hand_scaled_step_no_warning(ported, name: str) -> None:
+    assert _findings(ported, name) == []
+
+
+@pytest.mark.parametrize("name", [p.name for p in sorted(FIXTURE.glob("*.py"))])
+def test_both_files_are_left_byte_identical(ported, name: str) -> None:
+    assert (ported["out"] / name).read_bytes() == (FIXTURE / name).read_bytes()
+    assert ported["again"].returncode == 0
