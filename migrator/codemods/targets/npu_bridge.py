@@ -50,6 +50,7 @@ CHANGE = registry.TARGET_NPU_BRIDGE
 LOST = registry.TARGET_NPU_BRIDGE_LOST
 UNSUPPORTED = registry.TARGET_NPU_BRIDGE_UNSUPPORTED
 WRAPPER = registry.TARGET_NPU_BRIDGE_DISTRIBUTED
+KERAS_2_ONLY = registry.TARGET_NPU_BRIDGE_KERAS_2
 
 # The adapter's classes and the parameters they accept, in order.
 ADAPTER_PARAMETERS: dict[str, tuple[str, ...]] = {
@@ -121,7 +122,23 @@ def retarget(path: str, ported: bytes) -> Retargeted | None:
     alias = "npu" if "npu" not in survey.bound else "npu_device"
     rewriter = _Rewriter(survey.managers, survey.keras, alias)
     retargeted = module.visit(rewriter)
-    return Retargeted(retargeted.bytes, _findings(path, module, rewriter, line))
+    findings = _findings(path, module, rewriter, line)
+    if survey.keras_unpinned is not None:
+        # The default port's class follows the Keras the process runs; the adapter's is Keras 2's
+        # only, so where the port could not tell the file's Keras, say what the target assumes.
+        findings.append(
+            Finding(
+                path,
+                line(survey.keras_unpinned),
+                KERAS_2_ONLY,
+                "the adapter's npu.train.optimizer.NpuLossScaleOptimizer is TF 2.6.5's, a "
+                "Keras 2 class: it raises at start-up on a Keras 3 optimizer, and nothing in this "
+                "file pins Keras 2; run it on TF 2.6.5 (or with TF_USE_LEGACY_KERAS=1 and "
+                "tf_keras), or port it with the default target",
+                kind="warning",
+            )
+        )
+    return Retargeted(retargeted.bytes, findings)
 
 
 class _Survey(cst.CSTVisitor):
@@ -132,6 +149,8 @@ class _Survey(cst.CSTVisitor):
         self.unsupported: list[tuple[cst.CSTNode, str]] = []
         self.managers: set[str] = set()
         self.keras: set[str] = set()  # names bound to npu_lossscale.keras.LossScaleOptimizer
+        # the import of the class chosen at import time, where the file does not pin Keras 2
+        self.keras_unpinned: cst.ImportFrom | None = None
         self.bound: set[str] = set()  # every name the module binds at its top level
         self.keras_3: list[tuple[cst.CSTNode, str]] = []  # what shows the file runs Keras 3
 
@@ -184,6 +203,8 @@ class _Survey(cst.CSTVisitor):
                             self.unsupported.append((node, f"npu_lossscale.keras's `{imported}`"))
                         else:
                             self.keras.add(_dotted(alias.asname.name) if alias.asname else imported)
+                            if name == "npu_lossscale.keras" and self.keras_unpinned is None:
+                                self.keras_unpinned = statement
                 elif name.startswith("npu_lossscale."):
                     self.unsupported.append(
                         (node, f"`{name}` (npu_lossscale's {_front_end(name)})")

@@ -226,6 +226,10 @@ def test_a_keras_port_targets_the_adapters_tf26_keras_class(tmp_path: Path) -> N
     assert "is_distributed" in lost["message"] and lost["line"] == 6
     # Keras's own class, which both ours and the adapter's subclass, stays as the script had it.
     assert "isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)" in text
+    # Nothing in the file pins Keras 2, and the adapter's class takes Keras 2 optimizers only.
+    (keras_2,) = _findings(report, "target-npu-bridge-keras-2")
+    assert "raises at start-up on a Keras 3 optimizer" in keras_2["message"]
+    assert keras_2["kind"] == "warning"
 
 
 @pytest.mark.parametrize(
@@ -283,6 +287,7 @@ def test_a_keras_2_port_names_the_adapters_keras_class(keras2_bridge) -> None:
     assert "npu.train.optimizer.NpuLossScaleOptimizer(sgd, dynamic=True, initial_scale=256, " \
         "dynamic_growth_steps=2)" in (out / "legacy_env_trainer.py").read_text()
     assert not _findings(report, "target-npu-bridge-unsupported")
+    assert not _findings(report, "target-npu-bridge-keras-2")  # Keras 2 is pinned: no doubt
 
 
 def test_the_respelled_keras_2_port_trains_like_the_original_on_tf_keras(keras2_bridge) -> None:
