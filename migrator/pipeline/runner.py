@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from migrator import registry
 from migrator.codemods.shared.alignment import realign
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline.outcomes import FileOutcome, RunConfig, RunResult, Status
@@ -287,7 +288,7 @@ def run(
                 Finding(
                     source.display,
                     1,
-                    "symlink-outside",
+                    registry.SYMLINK_OUTSIDE,
                     f"a symlink to {target}, outside the paths given: not followed, so nothing "
                     "outside them is rewritten; name the target itself to port it",
                     "warning",

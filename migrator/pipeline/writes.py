@@ -8,7 +8,6 @@ A move an earlier run left half that this run does not complete fails its file (
 
 from __future__ import annotations
 
-import posixpath
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from migrator.sources.files import (
     write_new_file,
     write_together,
 )
+from migrator.sources.module_paths import norm
 
 if TYPE_CHECKING:
     from migrator.codemods.global_step import GlobalStepPlan
@@ -84,13 +84,9 @@ def report_half_moves(outcomes: list[FileOutcome], read: Sequence[tuple[str, byt
             outcome.error = error
 
 
-def _norm(path: str) -> str:
-    return posixpath.normpath(path.replace("\\", "/"))
-
-
 def hold_back(outcomes: list[FileOutcome], groups: list[list[str]]) -> None:
     """A move's files stay as they are when one of them failed: half a move is worse than none."""
-    by_path = {_norm(o.path): o for o in outcomes}
+    by_path = {norm(o.path): o for o in outcomes}
     for group in groups:
         members = [by_path[p] for p in group if p in by_path]
         failed = [o.path for o in members if o.status == "failed"]
@@ -114,7 +110,7 @@ def apply(
     if config.mode == "diff":
         return
     root = common_root(inputs) if config.mode == "output-dir" else None
-    by_path = {_norm(o.path): o for o in outcomes}
+    by_path = {norm(o.path): o for o in outcomes}
     together: dict[int, list[FileOutcome]] = {}  # outcome id -> its group's changed files
     for group in groups:
         members = [by_path[p] for p in group if p in by_path and by_path[p].status == "changed"]
