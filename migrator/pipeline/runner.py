@@ -327,8 +327,9 @@ def run(
     admitted = {s.display: d for s, d in pending}
     pending, cleared = _triage(pending, add_loss_scale=config.add_loss_scale is not None)
     # a file calling another file's scaler helper may rely on a scale below 1 (below_one)
+    built_by_helpers = frozenset(helpers)
     for source, data in quiet + [(s, admitted[s.display]) for s in cleared]:
-        if helpers and calls_helper(data, frozenset(helpers)):
+        if built_by_helpers and calls_helper(data, built_by_helpers):
             pending.append((source, data))
         else:
             outcomes.append(FileOutcome(source, "unchanged"))
@@ -343,7 +344,7 @@ def run(
             reexports=frozenset(reexports),
             keras_helpers=frozenset(keras_helpers),
             scaler_attrs=frozenset(scaler_attrs),
-            scaler_helpers=frozenset(helpers),
+            scaler_helpers=built_by_helpers,
         )
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:
