@@ -69,6 +69,32 @@ class Plain(cst.CSTVisitor):
         return False
 
 
+class CallHooks:
+    """Hooks for one node type only, as libcst's scope analysis has (`visit_ClassDef_bases`):
+    the walk must still call them, and in their place among the other calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, int]] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.calls.append(("name", id(node)))
+
+    def visit_Call_func(self, node: cst.Call) -> None:
+        self.calls.append(("call-func", id(node)))
+
+    def leave_Call_args(self, original_node: cst.Call) -> None:
+        self.calls.append(("call-args-done", id(original_node)))
+
+
+class OneHook(CallHooks, cst.CSTVisitor):
+    pass
+
+
+class BatchedOneHook(CallHooks, cst.BatchableCSTVisitor):
+    pass
+
+
 def modules() -> list[cst.Module]:
     found = [cst.parse_module(EXTRA)]
     for path in SOURCES:
@@ -96,6 +122,21 @@ def test_same_calls_as_libcst_without_attribute_hooks() -> None:
         visit(module, ours)
         module.visit(theirs)
         assert ours.calls == theirs.calls
+
+
+def test_same_calls_as_libcst_with_hooks_on_one_node_type() -> None:
+    hooked = 0
+    for module in modules():
+        ours, theirs = OneHook(), OneHook()
+        visit(module, ours)
+        module.visit(theirs)
+        assert ours.calls == theirs.calls
+        batched_ours, batched_theirs = BatchedOneHook(), BatchedOneHook()
+        Wrapper(module, unsafe_skip_copy=True).visit_batched([batched_ours])
+        MetadataWrapper(module, unsafe_skip_copy=True).visit_batched([batched_theirs])
+        assert batched_ours.calls == batched_theirs.calls == theirs.calls
+        hooked += sum(kind != "name" for kind, _ in ours.calls)
+    assert hooked > 1_000
 
 
 def test_scope_metadata_is_libcst_s() -> None:

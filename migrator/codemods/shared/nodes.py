@@ -51,6 +51,29 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     return iter(found)
 
 
+def small_statements(module: cst.Module) -> Iterator[cst.BaseSmallStatement]:
+    """Every simple statement of the module (`import x`, `a = b`), in function and class bodies
+    and every branch too, without entering a single expression: a survey of imports is then a
+    walk over lines, not over every name and call of a long file."""
+    stack: list[object] = [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            yield from node.body
+            continue
+        for field in _BLOCK_FIELDS:
+            value = getattr(node, field, None)
+            if isinstance(value, (list, tuple)):
+                stack.extend(reversed(value))
+            elif value is not None:
+                stack.append(value)
+
+
+# The fields of a compound statement (and of a block, an `else`, a handler, a `finally`, a match
+# case) that hold statements; none of them holds an expression on those nodes.
+_BLOCK_FIELDS = ("body", "orelse", "handlers", "finalbody", "cases")
+
+
 class _Nodes(cst.CSTVisitor):
     def __init__(self, found: list[cst.CSTNode]) -> None:
         super().__init__()

@@ -18,7 +18,7 @@ from migrator import registry
 from migrator.codemods.shared import api
 from migrator.codemods.shared.api import Kind
 from migrator.codemods.shared.context import FileContext
-from migrator.codemods.shared.nodes import code, dotted, is_dotted_name, walk
+from migrator.codemods.shared.nodes import code, dotted, is_dotted_name, small_statements
 from migrator.codemods.tf1.keras_facts import KerasFacts
 
 # A reference of one kind: (the Name/Attribute, the call it is the callee of, kind, qualified name)
@@ -177,7 +177,7 @@ class ApiReferences:
 def _imported_roots(module: cst.Module) -> set[str] | None:
     """Every name an import statement binds, anywhere in the module; None with a star import."""
     names: set[str] = set()
-    for node in walk(module):
+    for node in small_statements(module):
         if isinstance(node, cst.Import):
             for alias in node.names:
                 bound = alias.asname.name if alias.asname else alias.name

@@ -13,7 +13,7 @@ from collections.abc import Collection
 
 import libcst as cst
 
-from migrator.codemods.shared.nodes import Parent, code, walk
+from migrator.codemods.shared.nodes import Parent, code, small_statements
 
 
 def holds_other_values(
@@ -36,7 +36,7 @@ def holds_other_values(
     target = code(statement.target)
     if target.startswith("self.") and target[len("self.") :] in elsewhere:
         return True
-    for found in walk(module):
+    for found in small_statements(module):
         if not isinstance(found, cst.Assign):
             continue
         if not any(code(t.target) == target for t in found.targets):
