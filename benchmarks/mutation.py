@@ -6,7 +6,8 @@
 
 cosmic-ray (pinned in the `dev` extra) makes the mutants and runs them; this script only scopes
 it. Each area names the modules it mutates and the tests that cover them, and each mutant runs
-only those tests (`pytest -x`, so a killed mutant stops at its first failing test). cosmic-ray
+only those tests (`pytest -x`, so a killed mutant stops at its first failing test; in file order,
+pytest-randomly's shuffle off, so that the same mutant runs the same tests again). cosmic-ray
 edits the files it mutates in place, so every worker (`--jobs`, default 2) gets its own copy of
 the checkout's files in a temporary directory and the checkout is never touched.
 
@@ -168,7 +169,7 @@ def _test_command(root: Path, tests: list[str]) -> str:
     # from wherever it is installed, and a mutant of the copy would never run there.
     return (
         f"env PYTHONPATH={root} {sys.executable} -m pytest -x -q -p no:cacheprovider "
-        "-o addopts='' " + " ".join(tests)
+        "-p no:randomly -o addopts='' " + " ".join(tests)
     )
 
 
