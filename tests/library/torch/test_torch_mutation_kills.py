@@ -87,3 +87,92 @@ def test_the_floor_may_equal_the_ceiling() -> None:
         scaler.update()
         assert scaler.get_scale() == 8.0
     assert scaler.skipped_steps == 1
+
+
+def test_a_multi_element_init_scale_is_refused_by_name() -> None:
+    """A one-element tensor is read as its number (as configs hand it over); a longer one is a
+    mistake that stock accepts silently (its scale tensor then has the wrong shape), so ours
+    refuses it with an error that names the argument."""
+    assert GradScaler("cpu", init_scale=torch.tensor([512.0])).get_scale() == 512.0
+    with pytest.raises(ValueError, match=r"init_scale must be a Python number.*tensor\(\[2"):
+        GradScaler("cpu", init_scale=torch.tensor([2.0, 4.0]))
+
+
+@pytest.mark.parametrize("scale", [-1.0, -1e-3])
+def test_a_negative_loaded_scale_is_refused_and_nothing_is_loaded(scale: float) -> None:
+    """A scale below 0 is no state torch ever reaches (stock's falls to 0 at worst): a corrupt
+    checkpoint, refused by name rather than raised to the floor like a collapsed 0."""
+    model = _linear(0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = GradScaler("cpu", init_scale=256.0)
+    before = scaler.state_dict()
+    with pytest.raises(ValueError, match=r"state_dict\['scale'\] must be a finite number >= 0"):
+        scaler.load_state_dict({**before, "scale": scale, "_growth_tracker": 5})
+    assert scaler.state_dict() == before
+    _backward(scaler, [model], [False])
+    scaler.step(optimizer)
+    scaler.update()
+    assert (scaler.get_scale(), scaler.last_step_applied) == (256.0, True)
+
+
+@pytest.mark.parametrize("collapsed", [0, 0.0])
+def test_a_zero_loaded_scale_resumes_from_the_floor_whatever_its_type(collapsed: float) -> None:
+    """A hand-written state dict with an int 0 is the same collapsed scale as stock's 0.0."""
+    scaler = GradScaler("cpu", init_scale=256.0, min_loss_scale=2.0)
+    with pytest.warns(UserWarning, match="below min_loss_scale"):
+        scaler.load_state_dict({**scaler.state_dict(), "scale": collapsed})
+    assert scaler.get_scale() == 2.0
+
+
+@pytest.mark.parametrize("make", [GradScaler, torch.amp.GradScaler], ids=["ours", "stock"])
+def test_stepping_fp16_parameters_is_refused_as_stock_refuses_it(make) -> None:
+    """fp16 master weights cannot take unscaled updates safely: stock's step (through unscale_)
+    raises ValueError, and so does ours, with no weight touched."""
+    model = _linear(0).half()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    scaler = make("cpu", init_scale=256.0)
+    scaler.scale(model(X.half()).float().sum()).backward()
+    with pytest.raises(ValueError, match="Attempting to unscale FP16 gradients"):
+        scaler.step(optimizer)
+    assert all(torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    with pytest.raises(ValueError, match="Attempting to unscale FP16 gradients"):
+        scaler.unscale_(optimizer)
+
+
+def _sparse_pair_loop(make) -> tuple[list[torch.Tensor], float, bool]:
+    """An embedding (sparse gradients, its own SGD) feeding a linear head (another SGD), both
+    stepped after one backward, the head first. The second update's embedding gradient holds
+    the same row twice, each entry finite when scaled but their sum past float32's range."""
+    torch.manual_seed(0)
+    embedding = nn.Embedding(4, 2, sparse=True)
+    head = nn.Linear(2, 1)
+    head_opt = torch.optim.SGD(head.parameters(), lr=1e-3)
+    embedding_opt = torch.optim.SGD(embedding.parameters(), lr=1e-3)
+    scaler = make("cpu", init_scale=2.0**16)
+    rows = torch.tensor([0, 0, 1])
+    for factor in (1.0, 2e38 / 2.0**16):
+        head_opt.zero_grad()
+        embedding_opt.zero_grad()
+        features = embedding(rows)
+        loss = features.sum() * factor + head(features.detach()).sum()
+        scaler.scale(loss).backward()
+        scaler.step(head_opt)
+        scaler.step(embedding_opt)
+        scaler.update()
+    weights = [embedding.weight.detach().clone(), head.weight.detach().clone()]
+    applied = getattr(scaler, "last_step_applied", True)
+    return weights, scaler.get_scale(), applied
+
+
+def test_inf_nan_mode_judges_duplicate_sparse_entries_one_by_one_as_stock_does() -> None:
+    """In inf_nan mode a float32 sparse gradient is checked entry by entry, as stock checks it:
+    scaled duplicates that would add up past float32's range are no overflow, since the step
+    adds them unscaled (6e33 here). Both optimizers step, as with stock, and the scale stays."""
+    ours, ours_scale, applied = _sparse_pair_loop(
+        lambda *a, **k: GradScaler(*a, overflow_mode="inf_nan", **k)
+    )
+    stock, stock_scale, _ = _sparse_pair_loop(torch.amp.GradScaler)
+    assert (ours_scale, applied) == (stock_scale, True) == (2.0**16, True)
+    assert all(torch.equal(a, b) for a, b in zip(ours, stock))
+    assert torch.isfinite(ours[0]).all() and ours[0][0, 0] < -1e30  # the big step was taken
