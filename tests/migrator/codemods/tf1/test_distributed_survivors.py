@@ -185,3 +185,36 @@ def test_another_modules_size_is_not_the_world_size() -> None:
     )
     for name in ("big", "small"):
         assert _value(flags[name], 4) and not _value(flags[name], 1), flags
+
+
+WRAP = "opt = hvd.DistributedOptimizer(opt)\n"
+
+
+@pytest.mark.parametrize(
+    ("guarded", "expected"),
+    [
+        (
+            "    if FLAGS.horovod:\n        if FLAGS.sync:\n            " + WRAP,
+            "FLAGS.horovod and FLAGS.sync",
+        ),
+        (
+            "    if FLAGS.local:\n        pass\n    else:\n"
+            "        if FLAGS.sync:\n            " + WRAP,
+            "not FLAGS.local and FLAGS.sync",
+        ),
+    ],
+    ids=["nested-ifs", "else-then-if"],
+)
+def test_nested_wrapper_guards_are_all_kept_in_order(guarded: str, expected: str) -> None:
+    """Horovod wraps the optimizer only where both `if`s hold: every guard is part of the
+    condition, outermost first, and a run where the outer one fails is not distributed."""
+    flags = _flags(
+        HEADER + "def build(opt, manager):\n" + guarded + f"    return {LSO}(opt, manager)\n\n\n"
+        "def main():\n    hvd.init()\n"
+    )
+    assert flags == {"return": expected}
+    outer_holds = {"horovod": True, "local": False}
+    outer_fails = {"horovod": False, "local": True}
+    assert _value(flags["return"], 4, sync=True, **outer_holds)
+    assert not _value(flags["return"], 4, sync=True, **outer_fails)
+    assert not _value(flags["return"], 4, sync=False, **outer_holds)
