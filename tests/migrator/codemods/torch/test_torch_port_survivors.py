@@ -137,6 +137,42 @@ def test_the_report_names_the_positionals_passed_by_name_not_the_dropped_device(
     assert change.endswith("positional arguments passed by name (init_scale)"), change
 
 
+CUDA_NOTE = "device='auto' (the NPU) instead of CUDA"
+
+
+@pytest.mark.parametrize(
+    ("call", "ported_call", "details", "scale"),
+    [
+        ("torch.cuda.amp.GradScaler()", "GradScaler()", CUDA_NOTE, 2.0**16),
+        (
+            "torch.cuda.amp.GradScaler(1024.0)",
+            "GradScaler(init_scale=1024.0)",
+            CUDA_NOTE + "; positional arguments passed by name (init_scale)",
+            1024.0,
+        ),
+        (
+            'torch.amp.GradScaler("cpu", 1024.0)',
+            'GradScaler("cpu", 1024.0)',
+            'device `"cpu"` kept',
+            1024.0,
+        ),
+    ],
+    ids=["no-arguments", "positional-made-keyword", "positional-kept"],
+)
+def test_the_report_claims_positionals_passed_by_name_only_where_the_port_names_them(
+    call: str, ported_call: str, details: str, scale: float
+) -> None:
+    """A call with nothing positional, or whose positionals stay positional (torch.amp's
+    parameter order is the ported class's), gets no "passed by name" note."""
+    ported, findings = _port(f"import torch\n\nscaler = {call}\n")
+    assert f"scaler = npu_lossscale.torch.{ported_call}\n" in ported
+    what = call.partition("(")[0]
+    assert _messages(findings, "change", "torch-grad-scaler") == [
+        f"`{what}(...)` -> npu_lossscale.torch.GradScaler(...), settings kept; {details}"
+    ]
+    assert _run(ported)["scaler"].get_scale() == scale
+
+
 def test_the_report_says_when_double_star_arguments_are_passed_on() -> None:
     source = "import torch\n\ncfg = {}\nscaler = torch.cuda.amp.GradScaler(**cfg)\n"
     ported, findings = _port(source)
