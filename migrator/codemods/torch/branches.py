@@ -52,7 +52,7 @@ def _reads_torch_version(node: cst.BaseExpression) -> bool:
     return "__version__" in text or ("torch" in text and "version" in text)
 
 
-_FLIP = {">=": "<", ">": "<=", "<": ">=", "<=": ">", "==": "==", "!=": "!="}
+_FLIP = {">=": "<=", ">": "<", "<": ">", "<=": ">=", "==": "==", "!=": "!="}  # x OP y: y FLIP x
 _OPS = {
     cst.GreaterThanEqual: ">=",
     cst.GreaterThan: ">",

@@ -164,25 +164,58 @@ NEW_TORCH_TESTS = [
     'not is_torch_version("<", "2.3")',
 ]
 # ...and tests whose fallback still runs on a torch the port supports, or that are not versions.
-OTHER_TESTS = ['is_torch_version(">=", "2.5")', "TORCH_VERSION > (2, 4)", "args.amp"]
+# `hasattr(torch, "npu")` tests for torch-npu, not for a version: its else runs on any torch.
+OTHER_TESTS = [
+    'is_torch_version(">=", "2.5")',
+    "TORCH_VERSION > (2, 4)",
+    "args.amp",
+    'hasattr(torch, "npu")',
+]
 
 
-def test_only_fallbacks_for_torch_older_than_the_ports_go_unreported(tmp_path: Path) -> None:
+def _warned_branches(tmp_path: Path, tests: list[str], old_scaler_first: bool) -> list[int]:
+    """Check a file with one `if TEST: S = {scaler: n} / else: S = {other scaler: n}` per test
+    (torch.cuda.amp's in the body if `old_scaler_first`, else in the else); the branch numbers
+    (0: the first test's body, 1: its else, 2: the second test's body, ...) whose scaler use the
+    report asks the user to port by hand."""
+    new, old = "torch.amp.GradScaler", "torch.cuda.amp.GradScaler"
+    first, second = (old, new) if old_scaler_first else (new, old)
     lines = ["import torch", "from packaging import version", ""]
-    for number, test in enumerate(NEW_TORCH_TESTS + OTHER_TESTS):
+    for number, test in enumerate(tests):
         lines += [
             f"if {test}:",
-            f"    S{number} = {{torch.amp.GradScaler: {number}}}",
+            f"    S{number} = {{{first}: {number}}}",
             "else:",
-            f"    S{number} = {{torch.cuda.amp.GradScaler: {number}}}",
+            f"    S{number} = {{{second}: {number}}}",
         ]
     (tmp_path / "t.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
     proc = run_cli("--check", "--report", tmp_path / "r.json", tmp_path)
     assert proc.returncode == 0, proc.stdout
     report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     warned = sorted(f["line"] for f in report["findings"] if f["rule"] == "torch-grad-scaler")
-    first = 4 + 4 * len(NEW_TORCH_TESTS)  # the else-branch line of the first other test
-    assert warned == [first + 3, first + 4 + 3, first + 8 + 3]
+    return [(line - 5) // 2 for line in warned]  # body lines are 5, 9, ...; else lines 7, 11, ...
+
+
+def test_only_fallbacks_for_torch_older_than_the_ports_go_unreported(tmp_path: Path) -> None:
+    warned = _warned_branches(tmp_path, NEW_TORCH_TESTS + OTHER_TESTS, old_scaler_first=False)
+    others = range(len(NEW_TORCH_TESTS), len(NEW_TORCH_TESTS + OTHER_TESTS))
+    assert warned == [2 * i + 1 for i in others]  # the else branches of the other tests
+
+
+# Tests false on every torch the port runs on (only torch older than 2.4 enters the body)...
+OLD_TORCH_TESTS = [
+    "TORCH_VERSION < (2, 4)",
+    "(2, 4) > TORCH_VERSION",
+    'is_torch_version("<", "2.3")',
+]
+# ...and tests that hold on torch 2.4 itself: their bodies are reported like any other use.
+AT_THE_MINIMUM = ["TORCH_VERSION <= (2, 4)", "(2, 4) >= TORCH_VERSION"]
+
+
+def test_a_body_only_torch_older_than_the_ports_enters_goes_unreported(tmp_path: Path) -> None:
+    warned = _warned_branches(tmp_path, OLD_TORCH_TESTS + AT_THE_MINIMUM, old_scaler_first=True)
+    at_minimum = range(len(OLD_TORCH_TESTS), len(OLD_TORCH_TESTS + AT_THE_MINIMUM))
+    assert warned == [2 * i for i in at_minimum]  # the bodies of the tests true on torch 2.4
 
 
 def test_annotation_follows_the_port_where_only_a_parameter_is_assigned_besides(
