@@ -12,9 +12,12 @@ update would have on a GPU run that skipped the overflowed step.
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 from migrator.pipeline.transform import migrate_source
 
@@ -291,3 +294,55 @@ def test_the_inserted_op_name_follows_the_files_quotes_double_on_a_tie(strings, 
     )
     ported, _ = _port(source)
     assert f"tf.identity(new_global_step, name={quote}step_update{quote})" in ported
+
+
+OPT_MODULE = "gs_parallel_opt"  # a name no other test imports: the ported class's own module
+# The project's other scripts: each has a loss-scale optimizer to port, and no step update.
+OTHER_SCRIPT = """import tensorflow.compat.v1 as tf
+
+
+def build_{i}(loss):
+    manager = tf.contrib.mixed_precision.FixedLossScaleManager(8)
+    sgd = tf.train.GradientDescentOptimizer(0.1)
+    return tf.contrib.mixed_precision.LossScaleOptimizer(sgd, manager).minimize(loss)
+"""
+
+
+def _port_tree(tmp_path: Path, jobs: str) -> dict[str, str]:
+    """SCRIPT split in two (the optimizer class in its own module, imported by the trainer) in a
+    project of 8 files, ported by the CLI with `--jobs`; the ported texts by file name."""
+    opt_part, _, train_part = SCRIPT.partition("\n\n\ndef create_optimizer")
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / f"{OPT_MODULE}.py").write_text(opt_part + "\n", encoding="utf-8")
+    (src / "train.py").write_text(
+        f"import tensorflow.compat.v1 as tf\n\nfrom {OPT_MODULE} import Opt\n\n\n"
+        "def create_optimizer" + train_part,
+        encoding="utf-8",
+    )
+    for i in range(6):  # 4 files to port per worker: with 8, `--jobs 2` starts two workers
+        (src / f"other{i}.py").write_text(OTHER_SCRIPT.format(i=i), encoding="utf-8")
+    out = tmp_path / f"out-j{jobs}"
+    proc = run_cli("--output-dir", out, "--copy-unchanged", "--jobs", jobs, src)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted(out.iterdir()) if p.is_file()}
+
+
+def test_a_class_imported_from_another_file_gets_the_step_when_files_are_ported_in_parallel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `--jobs 2` each file is read in a worker process, and the plan is built from what
+    the workers send back: the trainer's `from gs_parallel_opt import Opt` must still lead the
+    increment into Opt's apply_gradients, the same port one process makes, and it trains."""
+    parallel = _port_tree(tmp_path, "2")
+    assert parallel == _port_tree(tmp_path, "1")
+    assert "        if global_step is not None:" in parallel[f"{OPT_MODULE}.py"]
+    assert "# npu-migrate: global_step now advances" in parallel["train.py"]
+    monkeypatch.syspath_prepend(str(tmp_path / "out-j2"))
+    monkeypatch.delitem(sys.modules, OPT_MODULE, raising=False)
+    try:
+        step, weights = _train(parallel["train.py"])
+    finally:
+        sys.modules.pop(OPT_MODULE, None)
+    assert step == 2
+    np.testing.assert_allclose(weights, [0.81, -1.62], rtol=1e-6)
