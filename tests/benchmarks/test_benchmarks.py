@@ -79,6 +79,28 @@ def test_migrate_speed_times_one_long_module() -> None:
     assert re.search(r"one 307-line module: npu-migrate --check \d+\.\d+ s", result.stdout)
 
 
+def test_migrate_speed_times_a_real_tree_without_the_files_tf_upgrade_v2_aborts_on(
+    tmp_path: Path,
+) -> None:
+    """tf_upgrade_v2 --intree ends the whole run on one file its annotating parser refuses (a
+    tuple of slices, found in NVIDIA's examples): the benchmark leaves such files out of the
+    tree both tools are timed on, says so, and still reports the ratio."""
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "crop.py").write_text("def crop(a, b):\n    return a[(b - 1) : (b + 1), 0:2]\n")
+    (tree / "pkg" / "train.py").write_text(
+        "import tensorflow as tf\n"
+        "opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(\n"
+        "    tf.compat.v1.train.GradientDescentOptimizer(0.1))\n"
+    )
+    result = _run("migrate_speed.py", ["--tree", str(tree)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "tf_upgrade_v2 aborts a whole run on 1 of the tree's files" in result.stdout
+    assert "crop.py): both tools are timed on the others" in result.stdout
+    assert "tree: 1 files, 3 lines, 1 pass the byte pre-filter, 1 of them" in result.stdout
+    assert re.search(r"ratio ours / tf_upgrade_v2: \S+", result.stdout), result.stdout
+
+
 def test_torch_overhead_counts_host_reads_and_ours_adds_none() -> None:
     result = _run("torch_overhead.py", ["--quick"])
     assert result.returncode == 0, result.stderr[-3000:]
