@@ -25,6 +25,8 @@ there the target is under 2 s at 20,000 lines.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import random
 import resource
@@ -316,12 +318,13 @@ def refused_by_tf_upgrade_v2(tree: Path) -> list[Path]:
 
     upgrader = ast_edits.ASTCodeUpgrader(tf_upgrade_v2.TFAPIChangeSpec())
     refused = []
-    for path in sorted(tree.rglob("*.py")):
-        try:
-            with open(path) as handle:  # as tf_upgrade_v2 opens it: the locale's encoding
-                upgrader.update_string_pasta(handle.read(), str(path))
-        except Exception:  # noqa: BLE001 - whatever stops tf_upgrade_v2 stops it here
-            refused.append(path)
+    with contextlib.redirect_stdout(io.StringIO()):  # its per-file notes
+        for path in sorted(tree.rglob("*.py")):
+            try:
+                with open(path) as handle:  # as tf_upgrade_v2 opens it: the locale's encoding
+                    upgrader.update_string_pasta(handle.read(), str(path))
+            except Exception:  # noqa: BLE001 - whatever stops tf_upgrade_v2 stops it here
+                refused.append(path)
     return refused
 
 

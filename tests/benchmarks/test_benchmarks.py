@@ -92,13 +92,15 @@ def test_migrate_speed_times_a_real_tree_without_the_files_tf_upgrade_v2_aborts_
         "import tensorflow as tf\n"
         "opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(\n"
         "    tf.compat.v1.train.GradientDescentOptimizer(0.1))\n"
+        "session = tf.Session()\n"
     )
     result = _run("migrate_speed.py", ["--tree", str(tree)])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "tf_upgrade_v2 aborts a whole run on 1 of the tree's files" in result.stdout
     assert "crop.py): both tools are timed on the others" in result.stdout
-    assert "tree: 1 files, 3 lines, 1 pass the byte pre-filter, 1 of them" in result.stdout
+    assert "tree: 1 files, 4 lines, 1 pass the byte pre-filter, 1 of them" in result.stdout
     assert re.search(r"ratio ours / tf_upgrade_v2: \S+", result.stdout), result.stdout
+    assert "Renamed" not in result.stdout  # tf_upgrade_v2's own notes stay out of the table
 
 
 def test_torch_overhead_counts_host_reads_and_ours_adds_none() -> None:
