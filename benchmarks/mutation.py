@@ -14,9 +14,9 @@ the checkout's files in a temporary directory and the checkout is never touched.
 Sampling: cosmic-ray's session lists every mutant of an area. Mutants inside annotations are
 dropped first (every module here has `from __future__ import annotations`: an annotation is never
 evaluated, so such a mutant cannot change behaviour); then, unless `--sample 0`, a
-`random.Random(seed)` draw keeps `--sample` of the rest, in the session's own order, and marks
-the others skipped before `cosmic-ray exec` runs. The same seed draws the same mutants for the
-same code.
+`random.Random(seed)` draw keeps `--sample` of the rest, ordered by module, position, operator
+and occurrence, and marks the others skipped before `cosmic-ray exec` runs. The same seed draws
+the same mutants for the same code.
 
 Killed: the tests failed, errored or timed out (cosmic-ray's timeout: `--timeout`), or the mutant
 could not be imported (cosmic-ray's "incompetent"). Survived: every test passed. A survivor listed
@@ -195,6 +195,17 @@ def _equivalents() -> dict[tuple[str, int, str], str]:
     return {(module, int(line), operator): reason for module, line, operator, reason in rows}
 
 
+def _mutant_key(item) -> tuple:
+    mutation = item.mutations[0]
+    return (
+        str(mutation.module_path),
+        tuple(mutation.start_pos),
+        tuple(mutation.end_pos),
+        mutation.operator_name,
+        mutation.occurrence,
+    )
+
+
 def _run_area(area: str, root: Path, sample: int, seed: int, timeout: float) -> Outcome:
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
@@ -219,7 +230,9 @@ def _run_area(area: str, root: Path, sample: int, seed: int, timeout: float) -> 
     subprocess.run([cosmic_ray, "init", str(config), str(session)], cwd=root, check=True)
     with use_db(str(session), WorkDB.Mode.open) as db:
         spans: dict = {}
-        items = list(db.work_items)
+        # In a fixed order: the session lists its mutants in no set order (job ids are random
+        # uuids), and a seeded draw over an unordered list is not a repeatable sample.
+        items = sorted(db.work_items, key=_mutant_key)
         skipped = [item.job_id for item in items if _in_annotation(root, item, spans)]
         items = [item for item in items if item.job_id not in set(skipped)]
         if sample and len(items) > sample:
