@@ -38,5 +38,15 @@ def scaler_helpers(path: str, data: bytes) -> set[ScalerHelper]:
 
 
 def calls_helper(data: bytes, helpers: frozenset[ScalerHelper]) -> bool:
-    """Whether a file may call one of `helpers` (a byte check; the port decides)."""
-    return any(helper.name.encode() + b"(" in data for helper in helpers)
+    """Whether a file may call one of `helpers` (a byte check; the port decides).
+
+    The port only follows `from <package.>module import name` (migrator.codemods.torch.below_one),
+    so the file must spell the module right before an `import` too: a helper named `main` or
+    `train` is called by nearly every script of a large tree, and each one sent to the port for
+    nothing cost a full libcst pass (1,300 of 4,600 files of a dense real tree).
+    """
+    return any(
+        helper.name.encode() + b"(" in data
+        and re.search(rb"\b" + re.escape(helper.module.encode()) + rb"[\s\\]+import\b", data)
+        for helper in helpers
+    )

@@ -41,7 +41,8 @@ class FileImports:
         self.file = file
         self.facts = facts
         # names other files of the run import from this module
-        self.reexported = {name for module, name in reexports if module == module_name(file.path)}
+        own = module_name(file.path)  # once: the run may import thousands of names
+        self.reexported = {name for module, name in reexports if module == own}
         self.vendor_ported = False
         self.npu_imports: list[cst.ImportFrom] = []
         # dotted names top-level `import npu_lossscale[.keras] [as x]` statements bind

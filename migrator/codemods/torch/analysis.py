@@ -67,7 +67,8 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._helpers = scaler_helpers  # other files' functions that build a scaler
         self.path = path
         # names other files of the run import from this module (migrator.selection.reexports)
-        self._reexported = {name for module, name in reexports if module == module_name(path)}
+        own = module_name(path)
+        self._reexported = {name for module, name in reexports if module == own}
         # self.<attr> names the run assigns other scalers (migrator.selection.scaler_attrs)
         self._other_attrs = scaler_attrs
         self.plan = TorchPlan()
