@@ -33,6 +33,13 @@ def imported_from(data: bytes) -> set[tuple[str, str]]:
     return found
 
 
+def names_imported_from(reexports: frozenset[tuple[str, str]], path: str) -> set[str]:
+    """The names other files of the run import from the module at ``path`` (module name computed
+    once: the run may import thousands of names)."""
+    own = module_name(path)
+    return {name for module, name in reexports if module == own}
+
+
 def module_name(path: str) -> str:
     """How other files name the module at ``path`` in `from ... import`: its stem, or its
     package's name for an `__init__.py`."""

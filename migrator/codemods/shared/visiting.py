@@ -137,7 +137,7 @@ def read_only_visits() -> Iterator[None]:
 def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor, hooked: frozenset[str] | None) -> None:
     # As CSTNode.visit: on_visit, the children unless it returned False, then on_leave.
     if visitor.on_visit(node):
-        hooks = hooked is None or (bool(hooked) and type(node).__name__ in hooked)
+        hooks = hooked is None or type(node).__name__ in hooked
         for name, optional in _fields(type(node)):
             value = getattr(node, name)
             if optional and value is None:

@@ -19,7 +19,7 @@ from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.distributed import DistributedFacts
 from migrator.codemods.shared.nodes import dotted
-from migrator.selection.reexports import module_name
+from migrator.selection.reexports import names_imported_from
 
 _CONTRIB_TO_NPU = {
     "LossScaleOptimizer": api.OPTIMIZER,
@@ -41,8 +41,7 @@ class FileImports:
         self.file = file
         self.facts = facts
         # names other files of the run import from this module
-        own = module_name(file.path)  # once: the run may import thousands of names
-        self.reexported = {name for module, name in reexports if module == own}
+        self.reexported = names_imported_from(reexports, file.path)
         self.vendor_ported = False
         self.npu_imports: list[cst.ImportFrom] = []
         # dotted names top-level `import npu_lossscale[.keras] [as x]` statements bind

@@ -35,7 +35,7 @@ from migrator.codemods.torch.names import Kind
 from migrator.codemods.torch.plan import ImportBinding, TorchPlan
 from migrator.codemods.torch.ported import first_ported_scaler
 from migrator.findings import Finding
-from migrator.selection.reexports import module_name
+from migrator.selection.reexports import names_imported_from
 from migrator.selection.scaler_helpers import ScalerHelper
 
 RULE = registry.TORCH_GRAD_SCALER
@@ -67,8 +67,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._helpers = scaler_helpers  # other files' functions that build a scaler
         self.path = path
         # names other files of the run import from this module (migrator.selection.reexports)
-        own = module_name(path)
-        self._reexported = {name for module, name in reexports if module == own}
+        self._reexported = names_imported_from(reexports, path)
         # self.<attr> names the run assigns other scalers (migrator.selection.scaler_attrs)
         self._other_attrs = scaler_attrs
         self.plan = TorchPlan()
