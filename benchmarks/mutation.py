@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +115,7 @@ class Outcome:
     run: int = 0
     survivors: list[tuple[str, int, str, str]] | None = None  # module, line, operator, diff
     explained: list[tuple[str, int, str, str]] | None = None  # module, line, operator, reason
+    seconds: float = 0.0  # wall clock for the area's baseline, init and exec
 
 
 def _copy_checkout(dest: Path) -> None:
@@ -210,6 +212,7 @@ def _run_area(area: str, root: Path, sample: int, seed: int, timeout: float) -> 
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
+    started = time.monotonic()
     patterns, tests = AREAS[area]
     modules = _modules(root, patterns)
     outcome = Outcome(area, survivors=[], explained=[])
@@ -266,6 +269,7 @@ def _run_area(area: str, root: Path, sample: int, seed: int, timeout: float) -> 
             else:
                 outcome.killed += 1
             outcome.run += 1
+    outcome.seconds = time.monotonic() - started
     return outcome
 
 
@@ -281,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [a for a in areas if a not in AREAS]
     if unknown:
         parser.error(f"unknown area(s) {', '.join(unknown)}; known: {', '.join(AREAS)}")
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="npu-mutation-") as tmp:
         roots = []
         for i in range(min(args.jobs, len(areas))):
@@ -302,11 +307,12 @@ def main(argv: list[str] | None = None) -> int:
             ]
             outcomes = {o.area: o for f in futures for o in f.result()}
     print(f"mutation score (seed {args.seed}, {args.sample or 'all'} mutants per area)")
-    print(f"{'area':24} {'killed/run':>12} {'score':>7}")
+    print(f"{'area':24} {'killed/run':>12} {'score':>7} {'minutes':>8}")
     for area in areas:
         o = outcomes[area]
         score = f"{100 * o.killed / o.run:.0f}%" if o.run else "-"
-        print(f"{area:24} {f'{o.killed}/{o.run}':>12} {score:>7}")
+        print(f"{area:24} {f'{o.killed}/{o.run}':>12} {score:>7} {o.seconds / 60:>8.1f}")
+    print(f"whole run: {(time.monotonic() - started) / 60:.1f} min with --jobs {len(roots)}")
     for area in areas:
         for module, line, operator, reason in outcomes[area].explained or []:
             print(f"\nequivalent {module}:{line} {operator}: {reason}")
