@@ -11,6 +11,7 @@ import ast
 
 import pytest
 
+import npu_lossscale.torch
 from migrator.pipeline.transform import migrate_source
 
 
@@ -255,3 +256,20 @@ def test_a_dotted_torch_import_goes_only_when_the_port_left_it_unused(
     said = _messages(findings, "change", "torch-import")
     gone = ("removed this import", "this import becomes")
     assert any(m.startswith(gone) for m in said) is not kept
+
+
+def test_a_dotted_scaler_is_ported_where_the_bare_name_must_stay_torchs() -> None:
+    """`GradScaler` is also used as a value, so its import stays torch's and the call beside it
+    gets NPUGradScaler; the dotted call further down must become the ported class, not the bare
+    `GradScaler` that still means torch.cuda.amp's (on an NPU a CUDA scaler, here a disabled one
+    whose scale reads 1.0)."""
+    ported, _ = _port(
+        "import torch\nfrom torch.cuda.amp import GradScaler\n\n"
+        'SCALERS = {"cuda": GradScaler}\nscaler = GradScaler(init_scale=8.0)\n'
+        "other = torch.cuda.amp.GradScaler(init_scale=4.0)\n"
+    )
+    assert "other = npu_lossscale.torch.GradScaler(init_scale=4.0)\n" in ported
+    namespace = _run(ported)
+    for name, scale in (("scaler", 8.0), ("other", 4.0)):
+        assert isinstance(namespace[name], npu_lossscale.torch.GradScaler), name
+        assert namespace[name].get_scale() == scale
