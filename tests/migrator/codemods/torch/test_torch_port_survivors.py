@@ -273,3 +273,21 @@ def test_a_dotted_scaler_is_ported_where_the_bare_name_must_stay_torchs() -> Non
     for name, scale in (("scaler", 8.0), ("other", 4.0)):
         assert isinstance(namespace[name], npu_lossscale.torch.GradScaler), name
         assert namespace[name].get_scale() == scale
+
+
+def test_a_star_import_is_not_blamed_where_only_another_devices_scaler_is_spelled_out() -> None:
+    """`from torch.cuda.amp import *` only matters where the file reads a bare `GradScaler`;
+    here the only one is the tail of Cambricon's `torch.mlu.amp.GradScaler`, which is not
+    torch's class nor the star-bound name: the report must not ask the user to import a
+    `GradScaler` the file never reads. The torch.amp call beside it is ported and builds."""
+    ported, findings = _port(
+        "import torch\nfrom torch.cuda.amp import *\n\n\n"
+        'def make_scaler(device):\n    if device == "mlu":\n'
+        "        return torch.mlu.amp.GradScaler()\n"
+        "    return torch.amp.GradScaler(device, init_scale=8.0)\n"
+    )
+    assert "        return torch.mlu.amp.GradScaler()\n" in ported
+    assert not [m for m in _messages(findings, "warning", "torch-grad-scaler") if "*" in m]
+    scaler = _run(ported)["make_scaler"]("cpu")
+    assert isinstance(scaler, npu_lossscale.torch.GradScaler)
+    assert scaler.get_scale() == 8.0
