@@ -134,6 +134,14 @@ LEFT_ALONE = {
         ),
         "`new_global_step` is also used outside the step update",
     ),
+    # Moving it would comment out the whole line, and the summary written beside it with it.
+    "new step computed beside another statement": (
+        (
+            "    new_global_step = global_step + 1\n",
+            "    new_global_step = global_step + 1; tf.summary.scalar('lr', 0.1)\n",
+        ),
+        "`new_global_step` is computed in a shape the tool does not know",
+    ),
     "Keras optimizer": (
         ("optimizer = Opt(0.1)", "optimizer = tf.keras.optimizers.Optimizer(0.1)"),
         "cannot tell where `tf.keras.optimizers.Optimizer` is defined",
