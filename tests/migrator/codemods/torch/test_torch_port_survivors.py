@@ -291,3 +291,19 @@ def test_a_star_import_is_not_blamed_where_only_another_devices_scaler_is_spelle
     scaler = _run(ported)["make_scaler"]("cpu")
     assert isinstance(scaler, npu_lossscale.torch.GradScaler)
     assert scaler.get_scale() == 8.0
+
+
+def test_the_fallback_of_a_try_importing_another_librarys_scaler_is_still_reported() -> None:
+    """Only a `try:` importing torch.amp's scaler succeeds on every torch the port runs on; one
+    importing fairscale's fails wherever fairscale is missing, so its `except` runs on the
+    NPU and the torch scaler kept there as a value needs the user's hand."""
+    _, findings = _port(
+        "import torch\n\ntry:\n"
+        "    from fairscale.optim.grad_scaler import GradScaler as FSDPScaler\n"
+        "except ImportError:  # no fairscale: torch's own\n"
+        "    FSDPScaler = torch.cuda.amp.GradScaler\n\n"
+        "scaler = torch.cuda.amp.GradScaler()\n"
+    )
+    warned = [f for f in findings if f.kind == "warning" and f.rule == "torch-grad-scaler"]
+    assert [f.line for f in warned] == [6]
+    assert "is used as a value" in warned[0].message
