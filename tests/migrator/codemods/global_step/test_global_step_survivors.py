@@ -103,6 +103,11 @@ LEFT_ALONE = {
         (UPDATE, "    train_op = tf.group(train_op, [tf.assign_add(global_step, 2)])\n"),
         "advances the step by something other than 1",
     ),
+    # The moved increment adds 1: a step the script holds still (adds 0) would start counting.
+    "assign_add by 0": (
+        (UPDATE, "    train_op = tf.group(train_op, [tf.assign_add(global_step, 0)])\n"),
+        "advances the step by something other than 1",
+    ),
     "tf.cond advancing on both branches": (
         (
             "    new_global_step = global_step + 1\n",
