@@ -359,3 +359,36 @@ def test_a_class_imported_from_another_file_gets_the_step_when_files_are_ported_
         sys.modules.pop(OPT_MODULE, None)
     assert step == 2
     np.testing.assert_allclose(weights, [0.81, -1.62], rtol=1e-6)
+
+
+def test_a_none_test_of_the_step_parameter_stays_a_test_of_the_parameter() -> None:
+    """apply_gradients takes the step as `t` (the step's name in Adam's paper) and tests it for
+    None; that test is no read of the step value, so the move must leave it on `t`: rewritten to
+    read the advanced step, it would name a tensor made only when a step is passed, and the
+    ported optimizer would fail (UnboundLocalError) wherever it is called without one."""
+    source = _variant(
+        ("global_step=None, name=None", "t=None, name=None"),
+        (
+            "        updates = [v.assign_sub(self.lr * g) for g, v in grads_and_vars]\n",
+            "        lr = self.lr if t is None else self.lr * 1.0\n"
+            "        updates = [v.assign_sub(lr * g) for g, v in grads_and_vars]\n",
+        ),
+    )
+    ported, findings = _port(source)
+    assert not _rules(findings, "warning")
+    assert "        lr = self.lr if t is None else self.lr * 1.0\n" in ported
+    step, weights = _train(ported)
+    assert step == 2
+    np.testing.assert_allclose(weights, [0.81, -1.62], rtol=1e-6)
+    import tensorflow as tf
+
+    namespace: dict = {}
+    exec(compile(ported, "train.py", "exec"), namespace)
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0])
+        opt = namespace["Opt"](0.1)
+        train_op = opt.apply_gradients([(w, w)])  # no step: nothing to advance
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op)
+            np.testing.assert_allclose(session.run(w), [0.9, -1.8], rtol=1e-6)
