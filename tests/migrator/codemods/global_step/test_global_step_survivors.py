@@ -219,6 +219,29 @@ def test_a_step_bound_on_the_same_line_after_the_call_is_not_passed() -> None:
     assert any("is assigned only after `apply_gradients`" in w for w in warnings), warnings
 
 
+def test_updates_built_by_a_module_function_leave_the_step_update_to_the_user() -> None:
+    """apply_gradients collects its updates from a module-level helper: the tool cannot see that
+    the helper returns a list, so the increment has nowhere provable to go. The file is still
+    ported (the contrib optimizer becomes npu_lossscale's) and the report says why the step
+    update stays; it must not fail the whole file."""
+    source = _variant(
+        (
+            "        updates = [v.assign_sub(self.lr * g) for g, v in grads_and_vars]\n",
+            "        updates = sgd_updates(self.lr, grads_and_vars)\n",
+        ),
+        (
+            "\n\nclass Opt",
+            "\n\ndef sgd_updates(lr, grads_and_vars):\n"
+            "    return [v.assign_sub(lr * g) for g, v in grads_and_vars]\n\n\nclass Opt",
+        ),
+    )
+    ported, findings = _port(source)
+    assert "optimizer = NPULossScaleOptimizer(optimizer, manager)\n" in ported
+    assert UPDATE in ported
+    (manual,) = [w for w in _rules(findings, "warning") if w.startswith("global-step-manual")]
+    assert "does not return `tf.group(*updates, ...)` over a list" in manual
+
+
 # -- shapes the move takes: the ported text, then its training ----------------------------------
 
 MOVED = {
