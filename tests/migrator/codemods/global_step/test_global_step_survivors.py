@@ -415,3 +415,41 @@ def test_a_none_test_of_the_step_parameter_stays_a_test_of_the_parameter() -> No
             session.run(tf.compat.v1.global_variables_initializer())
             session.run(train_op)
             np.testing.assert_allclose(session.run(w), [0.9, -1.8], rtol=1e-6)
+
+
+HALF_MODULE = "gs_half_opt"  # a name no other test imports: the class's own module
+
+
+def test_a_move_left_half_applied_is_completed_by_the_next_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run killed between the two writes of a move (or the class file restored by hand) leaves
+    the trainer's update commented out and the class without its increment: the step would never
+    advance. The next `--write` must put the increment back into the class (the tree is then
+    what one uninterrupted run writes), and the step advances once per clean step again."""
+    opt_part, _, train_part = SCRIPT.partition("\n\n\ndef create_optimizer")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    class_file, trainer = tree / f"{HALF_MODULE}.py", tree / "train.py"
+    class_file.write_text(opt_part + "\n", encoding="utf-8")
+    trainer.write_text(
+        f"import tensorflow.compat.v1 as tf\n\nfrom {HALF_MODULE} import Opt\n\n\n"
+        "def create_optimizer" + train_part,
+        encoding="utf-8",
+    )
+    original_class = class_file.read_bytes()
+    assert run_cli("--write", tree).returncode == 0
+    ported = {p: p.read_bytes() for p in (class_file, trainer)}
+    assert b"if global_step is not None:" in ported[class_file]
+    class_file.write_bytes(original_class)
+    proc = run_cli("--write", tree)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {p: p.read_bytes() for p in (class_file, trainer)} == ported
+    monkeypatch.syspath_prepend(str(tree))
+    monkeypatch.delitem(sys.modules, HALF_MODULE, raising=False)
+    try:
+        step, weights = _train(trainer.read_text(encoding="utf-8"))
+    finally:
+        sys.modules.pop(HALF_MODULE, None)
+    assert step == 2
+    np.testing.assert_allclose(weights, [0.81, -1.62], rtol=1e-6)
