@@ -140,3 +140,33 @@ def test_scale_loss_after_get_unscaled_gradients_warns_once_over_eager_steps(cap
     warned = [r for r in caplog.records if "scale_loss (which model.fit calls)" in r.getMessage()]
     assert len(warned) == 1, caplog.text
     assert int(opt.iterations) == 6  # the loop's step and the fit's five
+
+
+@pytest.mark.parametrize("run_eagerly", [False, True], ids=["graph", "eager"])
+def test_a_restored_run_already_past_a_lowered_stuck_limit_stops_at_its_next_skip(
+    tmp_path, run_eagerly
+) -> None:
+    """Saved after 4 skips in a row at the floor under max_skipped_steps_at_floor=10, resumed
+    with the limit lowered to 3: the run is already past its new limit, so its next skip at the
+    floor stops training, in model.fit's tf.function as eagerly, and moves no weight."""
+    keras.utils.set_random_seed(0)
+    saved_model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    saved = LossScaleOptimizer(keras.optimizers.SGD(0.01), 1.0, max_skipped_steps_at_floor=10)
+    saved_model.compile(optimizer=saved, loss="mse")
+    for _ in range(4):
+        saved_model.fit(_poisoned(), Y, batch_size=8, verbose=0)
+    path = tf.train.Checkpoint(optimizer=saved).save(str(tmp_path / "run"))
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    opt = LossScaleOptimizer(keras.optimizers.SGD(0.01), 1.0, max_skipped_steps_at_floor=3)
+    opt.build(model.trainable_variables)
+    tf.train.Checkpoint(optimizer=opt).restore(path).assert_existing_objects_matched()
+    assert (int(opt.iterations), int(opt.skipped_steps), float(opt.loss_scale)) == (0, 4, 1.0)
+    model.compile(optimizer=opt, loss="mse", run_eagerly=run_eagerly)
+    before = [w.numpy() for w in model.weights]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="max_skipped_steps_at_floor"):
+        model.fit(_poisoned(), Y, batch_size=8, verbose=0)
+    assert int(opt.skipped_steps) == 5
+    for weight, initial in zip(model.weights, before):
+        np.testing.assert_array_equal(weight.numpy(), initial)

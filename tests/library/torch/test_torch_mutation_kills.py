@@ -176,3 +176,65 @@ def test_inf_nan_mode_judges_duplicate_sparse_entries_one_by_one_as_stock_does()
     assert (ours_scale, applied) == (stock_scale, True) == (2.0**16, True)
     assert all(torch.equal(a, b) for a, b in zip(ours, stock))
     assert torch.isfinite(ours[0]).all() and ours[0][0, 0] < -1e30  # the big step was taken
+
+
+@pytest.mark.parametrize("make", [GradScaler, torch.amp.GradScaler], ids=["ours", "stock"])
+def test_a_one_element_tensor_scale_in_a_loaded_state_dict_is_read_as_its_number(make) -> None:
+    """A checkpoint written by code that saved the scale as a tensor (stock's own scale tensor,
+    say) holds "scale" as a one-element tensor. Stock loads it, and so does ours: training
+    resumes from 512, and the state dict saved afterwards holds a plain float again."""
+    model = _linear(0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = make("cpu", init_scale=256.0)
+    scaler.load_state_dict({**scaler.state_dict(), "scale": torch.tensor(512.0)})
+    _backward(scaler, [model], [False])
+    scaler.step(optimizer)
+    scaler.update()
+    saved = scaler.state_dict()["scale"]
+    assert (scaler.get_scale(), type(saved), saved) == (512.0, float, 512.0)
+
+
+def test_a_one_element_tensor_scale_below_the_floor_resumes_from_the_floor() -> None:
+    """Stock's collapsed scale of 0 saved as a tensor is the same collapsed scale as 0.0: the
+    load warns and training resumes from min_loss_scale, a float."""
+    scaler = GradScaler("cpu", init_scale=256.0, min_loss_scale=2.0)
+    with pytest.warns(UserWarning, match="below min_loss_scale"):
+        scaler.load_state_dict({**scaler.state_dict(), "scale": torch.tensor([0.0])})
+    assert (scaler.get_scale(), type(scaler.get_scale())) == (2.0, float)
+
+
+@pytest.mark.parametrize(
+    ("key", "bad"),
+    [("scale", "1024"), ("scale", None), ("min_loss_scale", "1"), ("min_loss_scale", None)],
+)
+def test_a_non_numeric_loaded_scale_or_floor_is_refused_by_name_and_nothing_is_loaded(
+    key: str, bad: object
+) -> None:
+    """A hand-edited checkpoint with a string (or None) for the scale or the floor is refused
+    with a ValueError naming the entry, not a TypeError from comparing it with the other."""
+    scaler = GradScaler("cpu", init_scale=256.0)
+    before = scaler.state_dict()
+    with pytest.raises(ValueError, match=rf"state_dict\['{key}'\] must be a Python number"):
+        scaler.load_state_dict({**before, key: bad, "_growth_tracker": 5})
+    assert scaler.state_dict() == before
+
+
+@pytest.mark.parametrize("make", [GradScaler, torch.amp.GradScaler], ids=["ours", "stock"])
+def test_gradients_on_two_devices_one_of_them_meta_fail_at_step_naming_the_meta_tensor(
+    make,
+) -> None:
+    """One optimizer over a CPU layer and a layer built on the meta device (deferred init, never
+    materialised) that its own backward pass gave meta gradients: its gradients lie on two
+    devices, and a meta flag holds no value to read. Stock's step fails saying so, and so does
+    ours, before any weight moves (the only pair of devices a CPU-only host has)."""
+    cpu_layer = _linear(0)
+    with torch.device("meta"):
+        meta_layer = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD([*cpu_layer.parameters(), *meta_layer.parameters()], lr=0.1)
+    scaler = make("cpu", init_scale=256.0)
+    scaler.scale(cpu_layer(X).sum()).backward()
+    scaler.scale(meta_layer(X.to("meta")).sum()).backward()
+    before = [p.detach().clone() for p in cpu_layer.parameters()]
+    with pytest.raises(RuntimeError, match="meta tensor"):
+        scaler.step(optimizer)
+    assert all(torch.equal(b, p) for b, p in zip(before, cpu_layer.parameters()))
