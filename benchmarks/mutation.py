@@ -18,8 +18,9 @@ evaluated, so such a mutant cannot change behaviour); then, unless `--sample 0`,
 and occurrence, and marks the others skipped before `cosmic-ray exec` runs. The same seed draws
 the same mutants for the same code.
 
-Killed: the tests failed, errored or timed out (cosmic-ray's timeout: `--timeout`), or the mutant
-could not be imported (cosmic-ray's "incompetent"). Survived: every test passed. A survivor listed
+Killed: the tests failed, errored or timed out (cosmic-ray's timeout: `--timeout`; the table counts
+the timeouts apart, since on a loaded machine a slow survivor can time out), or the mutant could
+not be imported (cosmic-ray's "incompetent"). Survived: every test passed. A survivor listed
 in benchmarks/mutation_equivalent.tsv (module, line, operator, reason) is a mutant that cannot
 change behaviour; it is printed with its reason and left out of the score. Prints one row per area
 (`killed/run`, score) and every other survivor with its diff; exit status 0 either way (a
@@ -116,6 +117,7 @@ class Outcome:
     survivors: list[tuple[str, int, str, str]] | None = None  # module, line, operator, diff
     explained: list[tuple[str, int, str, str]] | None = None  # module, line, operator, reason
     seconds: float = 0.0  # wall clock for the area's baseline, init and exec
+    timeouts: int = 0  # killed by --timeout: on a loaded machine, a slow survivor would be one
 
 
 def _copy_checkout(dest: Path) -> None:
@@ -268,6 +270,7 @@ def _run_area(area: str, root: Path, sample: int, seed: int, timeout: float) -> 
                 )
             else:
                 outcome.killed += 1
+                outcome.timeouts += result.worker_outcome == WorkerOutcome.TIMEOUT
             outcome.run += 1
     outcome.seconds = time.monotonic() - started
     return outcome
@@ -307,11 +310,12 @@ def main(argv: list[str] | None = None) -> int:
             ]
             outcomes = {o.area: o for f in futures for o in f.result()}
     print(f"mutation score (seed {args.seed}, {args.sample or 'all'} mutants per area)")
-    print(f"{'area':24} {'killed/run':>12} {'score':>7} {'minutes':>8}")
+    print(f"{'area':24} {'killed/run':>12} {'score':>7} {'minutes':>8} {'timeouts':>9}")
     for area in areas:
         o = outcomes[area]
         score = f"{100 * o.killed / o.run:.0f}%" if o.run else "-"
-        print(f"{area:24} {f'{o.killed}/{o.run}':>12} {score:>7} {o.seconds / 60:>8.1f}")
+        row = f"{area:24} {f'{o.killed}/{o.run}':>12} {score:>7} {o.seconds / 60:>8.1f}"
+        print(f"{row} {o.timeouts:>9}")
     print(f"whole run: {(time.monotonic() - started) / 60:.1f} min with --jobs {len(roots)}")
     for area in areas:
         for module, line, operator, reason in outcomes[area].explained or []:
