@@ -310,3 +310,73 @@ def test_a_wrong_manager_is_refused_with_what_was_meant(given, hint, not_said) -
         NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), given)
     assert hint in str(refused.value)
     assert not_said not in str(refused.value)
+
+
+@pytest.mark.parametrize("given", ["keras", "adam", "tf.Module"])
+def test_only_a_keras_optimizer_is_pointed_to_the_keras_front_end(given: str) -> None:
+    """A Keras optimizer where a tf.compat.v1 one goes is refused with the Keras front-end to use
+    instead; anything else (a name, some other object) is refused without that advice."""
+    if given == "keras":
+        keras = pytest.importorskip("keras")
+        opt = keras.optimizers.SGD(0.5)
+    else:
+        opt = "adam" if given == "adam" else tf.Module()
+    with pytest.raises(ValueError, match="opt must be a tf.compat.v1.train.Optimizer") as refused:
+        NPULossScaleOptimizer(opt, ExponentialUpdateLossScaleManager(256, 2))
+    advised = "use npu_lossscale.keras.LossScaleOptimizer" in str(refused.value)
+    assert advised is (given == "keras"), str(refused.value)
+
+
+def test_apply_gradients_inside_the_scripts_own_cond_steps_and_skips() -> None:
+    """Gradient accumulation builds the step inside the script's tf.cond (apply on every n-th
+    micro-batch): the wrapped step trains there, a poisoned one is skipped, and the scale and
+    last_step_applied follow, in a TF1 graph (control flow v2 on TF 2, v1 on TF 1.15)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+        k = tf.compat.v1.placeholder(tf.float32, [])
+        apply_now = tf.compat.v1.placeholder(tf.bool, [])
+        manager = ExponentialUpdateLossScaleManager(
+            256, 100, decr_every_n_nan_or_inf=1, decr_ratio=0.5, overflow_mode="inf_nan"
+        )
+        optimizer = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), manager)
+
+        def step() -> tf.Operation:
+            return tf.group(optimizer.minimize(0.5 * tf.reduce_sum(w * w) * k))
+
+        train_op = tf.cond(apply_now, step, tf.no_op)
+        state = [w, manager.get_loss_scale(), optimizer.last_step_applied]
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            expected = [
+                (True, 1.0, [0.5, -1.0], 256.0, True),  # w - 0.5 * w
+                (True, float("inf"), [0.5, -1.0], 128.0, False),  # skipped, scale halved
+                (False, 1.0, [0.5, -1.0], 128.0, False),  # an accumulation-only micro-batch
+                (True, 1.0, [0.25, -0.5], 128.0, True),
+            ]
+            for now, factor, weights, scale, applied in expected:
+                session.run(train_op, {apply_now: now, k: factor})
+                got = session.run(state)
+                np.testing.assert_array_equal(got[0], weights)
+                assert (got[1], bool(got[2])) == (scale, applied)
+
+
+def test_steps_built_in_the_scripts_own_while_loop_all_train() -> None:
+    """Several steps per session.run (a tf.while_loop around minimize, as TPU-style loops run):
+    each iteration applies its step, in a TF1 graph."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+        manager = ExponentialUpdateLossScaleManager(256, 100, overflow_mode="inf_nan")
+        optimizer = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), manager)
+
+        def body(i: tf.Tensor) -> tf.Tensor:
+            with tf.control_dependencies([optimizer.minimize(0.5 * tf.reduce_sum(w * w))]):
+                return i + 1
+
+        loop = tf.compat.v1.while_loop(lambda i: i < 3, body, [tf.constant(0)])
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            assert session.run(loop) == 3
+            np.testing.assert_array_equal(session.run(w), [0.125, -0.25])
+            assert bool(session.run(optimizer.last_step_applied))
