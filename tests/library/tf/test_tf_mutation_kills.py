@@ -263,8 +263,9 @@ def test_an_eager_scale_restored_below_the_floor_is_read_as_the_floor_and_said(
         caplog.clear()
         with caplog.at_level("WARNING", logger="npu_lossscale"):
             assert float(manager.get_loss_scale()) == expected
-        said = "restored loss scale 1.0 is below min_loss_scale (4)" in caplog.text
-        assert said is warned, (scale, caplog.text)
+        assert ("is below min_loss_scale" in caplog.text) is warned, (scale, caplog.text)
+        if warned:
+            assert "restored loss scale 1.0 is below min_loss_scale (4)" in caplog.text
 
 
 def test_a_manager_subclass_without_an_update_says_what_to_implement() -> None:
@@ -496,3 +497,11 @@ def test_an_adapter_whose_hccl_ops_cannot_be_imported_is_no_engine(adapter, hccl
             optimizer.minimize(tf.reduce_sum(w))
     weights, _, _ = _one_step(False, None)
     np.testing.assert_array_equal(weights, [0.5, -1.0])
+
+
+@pytest.mark.parametrize(("ceiling", "expected"), [(2.0**16, 65536.0), (None, None)])
+def test_the_managers_bounds_read_as_numbers(ceiling: float | None, expected) -> None:
+    """min_loss_scale and max_loss_scale read back as the numbers given (None: no ceiling)."""
+    manager = ExponentialUpdateLossScaleManager(256, 100, min_loss_scale=2, max_loss_scale=ceiling)
+    assert manager.min_loss_scale == 2.0
+    assert manager.max_loss_scale == expected
