@@ -194,7 +194,8 @@ class DynamicRule:
             )
         if init < low:
             hint = ""
-            if lowest < 1 <= low:
+            # Only where the front-end allows scales below 1 (init >= lowest was checked).
+            if init < 1 <= low:
                 hint = (
                     f"; a scale below 1 needs a floor below 1 too: pass "
                     f"{label['min_loss_scale']}={init_loss_scale!r} (or 0, which lets the scale "

@@ -42,6 +42,22 @@ def test_a_scale_below_one_is_refused_with_the_floor_to_pass() -> None:
         DynamicRule.validated(0.25, 1, 1, 2, 0.5, min_loss_scale=0.5, lowest=0.0)
 
 
+@pytest.mark.parametrize(
+    ("init", "floor", "hinted"),
+    [(0.5, 2, True), (0.5, 1, True), (2, 4, False), (1, 8, False)],
+)
+def test_only_an_init_below_1_under_a_floor_of_1_or_more_gets_the_below_1_hint(
+    init: float, floor: float, hinted: bool
+) -> None:
+    """Any floor of 1 or more (not only the default 1) needs lowering for an init below 1, so
+    the hint names the floor to pass; an init of 1 or more under a higher floor is not 'a scale
+    below 1', and its error says only that it is below the floor."""
+    with pytest.raises(ValueError, match="must not be below min_loss_scale") as refused:
+        DynamicRule.validated(init, 1, 1, 2, 0.5, min_loss_scale=floor, lowest=0.0)
+    hint = f"a scale below 1 needs a floor below 1 too: pass min_loss_scale={init!r}"
+    assert (hint in str(refused.value)) is hinted, str(refused.value)
+
+
 @pytest.mark.parametrize("flag", [np.bool_(True), np.bool_(False), 1, 0, True])
 def test_numpy_booleans_and_0_1_are_flags(flag: object) -> None:
     assert check_bool("dynamic", flag) is bool(flag)

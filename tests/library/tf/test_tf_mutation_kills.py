@@ -5,12 +5,15 @@ exist), so the Horovod scenarios register a stand-in ``horovod.tensorflow`` modu
 names the library uses (``is_initialized``, ``size``, ``allreduce``, ``Sum``): its "all-reduce"
 adds a second worker's overflow flag, fed by the test, to this worker's — what a two-process
 ``hvd.allreduce(op=hvd.Sum)`` returns. The HCCL case does the same with a stand-in for the
-Ascend adapter's ``hccl_ops`` (installed on Ascend hosts only). TensorFlow itself is real
+Ascend adapter's ``hccl_ops`` (installed on Ascend hosts only), handed over as a reducer or
+written as a stand-in ``npu_bridge`` package (with ``hccl.manage.api.get_rank_size``) on
+sys.path so that the adapter is found the way an Ascend host's is. TensorFlow itself is real
 throughout.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 import types
 
@@ -260,8 +263,9 @@ def test_an_eager_scale_restored_below_the_floor_is_read_as_the_floor_and_said(
         caplog.clear()
         with caplog.at_level("WARNING", logger="npu_lossscale"):
             assert float(manager.get_loss_scale()) == expected
-        said = "restored loss scale 1.0 is below min_loss_scale (4)" in caplog.text
-        assert said is warned, (scale, caplog.text)
+        assert ("is below min_loss_scale" in caplog.text) is warned, (scale, caplog.text)
+        if warned:
+            assert "restored loss scale 1.0 is below min_loss_scale (4)" in caplog.text
 
 
 def test_a_manager_subclass_without_an_update_says_what_to_implement() -> None:
@@ -310,3 +314,195 @@ def test_a_wrong_manager_is_refused_with_what_was_meant(given, hint, not_said) -
         NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), given)
     assert hint in str(refused.value)
     assert not_said not in str(refused.value)
+
+
+@pytest.mark.parametrize("given", ["keras", "adam", "tf.Module"])
+def test_only_a_keras_optimizer_is_pointed_to_the_keras_front_end(given: str) -> None:
+    """A Keras optimizer where a tf.compat.v1 one goes is refused with the Keras front-end to use
+    instead; anything else (a name, some other object) is refused without that advice."""
+    if given == "keras":
+        if not hasattr(tf.keras, "Variable"):
+            pytest.skip("Keras 3 only (the hint names its front-end)")
+        opt = tf.keras.optimizers.SGD(0.5)
+    else:
+        opt = "adam" if given == "adam" else tf.Module()
+    with pytest.raises(ValueError, match="opt must be a tf.compat.v1.train.Optimizer") as refused:
+        NPULossScaleOptimizer(opt, ExponentialUpdateLossScaleManager(256, 2))
+    advised = "use npu_lossscale.keras.LossScaleOptimizer" in str(refused.value)
+    assert advised is (given == "keras"), str(refused.value)
+
+
+def test_apply_gradients_inside_the_scripts_own_cond_steps_and_skips() -> None:
+    """Gradient accumulation builds the step inside the script's tf.cond (apply on every n-th
+    micro-batch): the wrapped step trains there, a poisoned one is skipped, and the scale and
+    last_step_applied follow, in a TF1 graph (control flow v2 on TF 2, v1 on TF 1.15)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+        k = tf.compat.v1.placeholder(tf.float32, [])
+        apply_now = tf.compat.v1.placeholder(tf.bool, [])
+        manager = ExponentialUpdateLossScaleManager(
+            256, 100, decr_every_n_nan_or_inf=1, decr_ratio=0.5, overflow_mode="inf_nan"
+        )
+        optimizer = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), manager)
+
+        def step() -> tf.Operation:
+            return tf.group(optimizer.minimize(0.5 * tf.reduce_sum(w * w) * k))
+
+        train_op = tf.cond(apply_now, step, tf.no_op)
+        state = [w, manager.get_loss_scale(), optimizer.last_step_applied]
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            expected = [
+                (True, 1.0, [0.5, -1.0], 256.0, True),  # w - 0.5 * w
+                (True, float("inf"), [0.5, -1.0], 128.0, False),  # skipped, scale halved
+                (False, 1.0, [0.5, -1.0], 128.0, False),  # an accumulation-only micro-batch
+                (True, 1.0, [0.25, -0.5], 128.0, True),
+            ]
+            for now, factor, weights, scale, applied in expected:
+                session.run(train_op, {apply_now: now, k: factor})
+                got = session.run(state)
+                np.testing.assert_array_equal(got[0], weights)
+                assert (got[1], bool(got[2])) == (scale, applied)
+
+
+def test_steps_built_in_the_scripts_own_while_loop_all_train() -> None:
+    """Several steps per session.run (a tf.while_loop around minimize, as TPU-style loops run):
+    each iteration applies its step, in a TF1 graph."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, -2.0], use_resource=True)
+        manager = ExponentialUpdateLossScaleManager(256, 100, overflow_mode="inf_nan")
+        optimizer = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5), manager)
+
+        def body(i: tf.Tensor) -> tf.Tensor:
+            with tf.control_dependencies([optimizer.minimize(0.5 * tf.reduce_sum(w * w))]):
+                return i + 1
+
+        loop = tf.compat.v1.while_loop(lambda i: i < 3, body, [tf.constant(0)])
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            assert session.run(loop) == 3
+            np.testing.assert_array_equal(session.run(w), [0.125, -0.25])
+            assert bool(session.run(optimizer.last_step_applied))
+
+
+_ADAPTER_MODULES = (
+    "npu_bridge",
+    "npu_bridge.hccl",
+    "npu_bridge.hccl.hccl_ops",
+    "hccl",
+    "hccl.manage",
+    "hccl.manage.api",
+)
+
+_HCCL_OPS = """
+import tensorflow as tf
+
+calls = []
+peer = None
+
+
+def allreduce(tensor, reduction, fusion=1, fusion_id=-1, group="hccl_world_group"):
+    # The other rank's overflow flag is fed by the test.
+    global peer
+    calls.append((reduction, fusion))
+    peer = tf.compat.v1.placeholder(tf.float32, [], name="peer_overflow")
+    return tensor + peer
+"""
+
+
+@pytest.fixture
+def adapter(tmp_path, monkeypatch):
+    """Writes a stand-in Ascend adapter on sys.path: ``install(hccl_ops, rank_size)`` with the
+    text of npu_bridge/hccl/hccl_ops.py (None: no hccl subpackage) and what
+    hccl.manage.api.get_rank_size() returns (None: no such module)."""
+    for name in _ADAPTER_MODULES:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def install(hccl_ops: str | None, rank_size: int | None) -> None:
+        files = {"npu_bridge/__init__.py": ""}
+        if hccl_ops is not None:
+            files.update(
+                {"npu_bridge/hccl/__init__.py": "", "npu_bridge/hccl/hccl_ops.py": hccl_ops}
+            )
+        if rank_size is not None:
+            api = f"def get_rank_size(group='hccl_world_group'):\n    return {rank_size}\n"
+            files.update(
+                {"hccl/__init__.py": "", "hccl/manage/__init__.py": "", "hccl/manage/api.py": api}
+            )
+        for relative, text in files.items():
+            (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / relative).write_text(text)
+        importlib.invalidate_caches()
+
+    yield install
+    for name in _ADAPTER_MODULES:  # imported during the test: not left for the next one
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("ranks", [2, None], ids=["two-ranks", "rank-count-unknown"])
+def test_an_installed_adapter_sums_the_flag_over_hccl(adapter, ranks: int | None) -> None:
+    """is_distributed=True on a host with the Ascend adapter and no other engine: the HCCL
+    all-reduce is found and used, so the other rank's overflow skips this rank's clean step."""
+    adapter(_HCCL_OPS, ranks)
+    assert detect_engine() == "hccl"
+    ops = importlib.import_module("npu_bridge.hccl.hccl_ops")
+    weights, scale, skipped = _one_step(True, 1.0, ops)
+    np.testing.assert_array_equal(weights, [1.0, -2.0])
+    assert (scale, skipped) == (128.0, 1)
+    weights, scale, skipped = _one_step(True, 0.0, ops)
+    np.testing.assert_array_equal(weights, [0.5, -1.0])
+    assert (scale, skipped) == (256.0, 0)
+    assert ops.calls == [("sum", 0), ("sum", 0)]
+
+
+def test_one_hccl_rank_trains_without_an_all_reduce(adapter) -> None:
+    """A single-rank HCCL job (get_rank_size() == 1) has nobody to agree with: the step is
+    decided on the local flag alone, without an all-reduce (here one would wait for a peer flag
+    nobody feeds)."""
+    adapter(_HCCL_OPS, 1)
+    assert detect_engine() == "hccl"
+    weights, scale, skipped = _one_step(True, None)
+    np.testing.assert_array_equal(weights, [0.5, -1.0])
+    assert (scale, skipped) == (256.0, 0)
+    weights, scale, skipped = _one_step(True, None, poison=float("inf"))
+    np.testing.assert_array_equal(weights, [1.0, -2.0])
+    assert (scale, skipped) == (128.0, 1)
+    assert importlib.import_module("npu_bridge.hccl.hccl_ops").calls == []
+
+
+@pytest.mark.parametrize(
+    "hccl_ops",
+    [None, "raise ImportError('libhccl.so: cannot open shared object file')"],
+    ids=["no-hccl-package", "hccl-ops-fails-to-load"],
+)
+def test_an_adapter_whose_hccl_ops_cannot_be_imported_is_no_engine(adapter, hccl_ops) -> None:
+    """npu_bridge is there but its HCCL ops cannot be imported: no engine is found (the error
+    lists what was searched), reducer='hccl' says the ops cannot be imported, and one worker
+    with is_distributed=False trains as usual."""
+    adapter(hccl_ops, 2)
+    assert detect_engine() is None
+    with pytest.raises(NoDistributedEngineError, match="no distributed engine is active"):
+        _one_step(True, None)
+    with tf.Graph().as_default():
+        optimizer = NPULossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.5),
+            ExponentialUpdateLossScaleManager(256, 2),
+            True,
+            reducer="hccl",
+        )
+        w = tf.compat.v1.get_variable("w", initializer=[1.0], use_resource=True)
+        with pytest.raises(NoDistributedEngineError, match=r"hccl_ops\) cannot be imported"):
+            optimizer.minimize(tf.reduce_sum(w))
+    weights, _, _ = _one_step(False, None)
+    np.testing.assert_array_equal(weights, [0.5, -1.0])
+
+
+@pytest.mark.parametrize(("ceiling", "expected"), [(2.0**16, 65536.0), (None, None)])
+def test_the_managers_bounds_read_as_numbers(ceiling: float | None, expected) -> None:
+    """min_loss_scale and max_loss_scale read back as the numbers given (None: no ceiling)."""
+    manager = ExponentialUpdateLossScaleManager(256, 100, min_loss_scale=2, max_loss_scale=ceiling)
+    assert manager.min_loss_scale == 2.0
+    assert manager.max_loss_scale == expected
