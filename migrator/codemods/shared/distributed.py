@@ -160,11 +160,29 @@ def _decide(test: cst.BaseExpression, in_else: bool, canonical: Canonical) -> De
     return None
 
 
-def _visible(scope: Scope | None, name: str, wanted: Callable[[Assignment], bool]) -> bool:
+def _visible(
+    scope: Scope | None,
+    name: str,
+    wanted: Callable[[Assignment], bool],
+    ignored: Callable[[Assignment], bool] = lambda a: False,
+) -> bool:
+    """Whether `name` is bound once where the optimizer is built, by the `wanted` binding (the
+    `ignored` bindings aside)."""
     if scope is None or name not in scope:
         return False
-    assignments = list(scope[name])
+    assignments = [a for a in scope[name] if not ignored(a)]
     return len(assignments) == 1 and wanted(assignments[0])
+
+
+def _binds_none(assignment: Assignment, parent: Parent) -> bool:
+    """`hvd = None`: the fallback of an optional import (`except ImportError:`)."""
+    target = parent(assignment.node)
+    statement = parent(target) if isinstance(target, cst.AssignTarget) else None
+    return (
+        isinstance(statement, cst.Assign)
+        and isinstance(statement.value, cst.Name)
+        and statement.value.value == "None"
+    )
 
 
 def _enclosing_function(node: cst.CSTNode, parent: Parent) -> cst.CSTNode | None:
@@ -245,10 +263,18 @@ def _wrapper_decision(call: cst.Call, facts: DistributedFacts, parent: Parent) -
 
 def _init_decision(facts: DistributedFacts, scope: Scope | None, parent: Parent) -> Decision | None:
     """`hvd.size() > 1` needs `hvd.init()`; where the script initialises Horovod only under a flag
-    (`if FLAGS.horovod: hvd.init()`), the flag goes first so single-device runs never call it."""
+    (`if FLAGS.horovod: hvd.init()`), the flag goes first so single-device runs never call it.
+
+    An optional import (`except ImportError: hvd = None`) counts too: its flag matters as much,
+    since Horovod installed but not initialised raises on `hvd.size()`. Without a flag it is
+    left to `is_distributed_value`'s `hvd is not None` test."""
     for alias, statement in facts.horovod_aliases.items():
+        optional = alias in facts.optional_horovod
         if alias not in facts.initialised or not _visible(
-            scope, alias, lambda a, s=statement: a.node is s
+            scope,
+            alias,
+            lambda a, s=statement: a.node is s,
+            (lambda a: _binds_none(a, parent)) if optional else (lambda a: False),
         ):
             continue
         inits = [
@@ -259,7 +285,11 @@ def _init_decision(facts: DistributedFacts, scope: Scope | None, parent: Parent)
         guarded = [_guards(c, parent) for c in inits]
         size = f"{alias}.size() > 1"
         if any(not g for g in guarded):
+            if optional:
+                continue
             return cst.parse_expression(size), f"the file trains with Horovod ({size} at run time)"
+        if optional:
+            size = f"{alias} is not None and {size}"
         codes = {nodes.code(_condition(g)) for g in guarded}
         if len(codes) == 1 and _global_names_only(_condition(guarded[0]), scope):
             (condition,) = codes

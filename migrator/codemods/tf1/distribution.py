@@ -49,7 +49,7 @@ class Distribution:
             and func.endswith(".DistributedOptimizer")
         ):
             self.facts.wrappers.append(node)
-        elif self._lazy_horovod(node.func, "init"):
+        elif self._lazy_horovod(node.func, "init") or self._optional_horovod_init(node.func):
             assert isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name)
             self.facts.initialised.add(node.func.value.value)
             self.facts.init_calls.append(node)
@@ -63,6 +63,18 @@ class Distribution:
             and func.attr.value == attribute
             and isinstance(func.value, cst.Name)
             and func.value.value in self.facts.lazy_horovod
+        )
+
+    def _optional_horovod_init(self, func: cst.BaseExpression) -> bool:
+        """`hvd.init()` where `hvd` is Horovod or the None its failed import left: two bindings,
+        so the name resolves to no single import, yet the call is where Horovod starts (and
+        `hvd.size()` raises before it)."""
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "init"
+            and isinstance(func.value, cst.Name)
+            and func.value.value in self.facts.optional_horovod
+            and func.value.value in self.facts.horovod_aliases
         )
 
     def visit_Assign(self, node: cst.Assign) -> None:

@@ -218,3 +218,55 @@ def test_nested_wrapper_guards_are_all_kept_in_order(guarded: str, expected: str
     assert _value(flags["return"], 4, sync=True, **outer_holds)
     assert not _value(flags["return"], 4, sync=True, **outer_fails)
     assert not _value(flags["return"], 4, sync=False, **outer_holds)
+
+
+OPTIONAL = (
+    "import tensorflow as tf\n\ntry:\n    import horovod.tensorflow as hvd\n"
+    "except ImportError:\n    hvd = None\n\nFLAGS = None\n\n\n"
+)
+
+
+class _Horovod:
+    """What the ported condition meets at run time: Horovod's size() raises until init() ran."""
+
+    def __init__(self, workers: int, initialised: bool) -> None:
+        self.workers, self.initialised = workers, initialised
+
+    def size(self) -> int:
+        if not self.initialised:
+            raise ValueError("Horovod has not been initialized; use hvd.init().")
+        return self.workers
+
+
+def _run_value(flag: str, hvd: _Horovod | None, horovod: bool) -> bool:
+    env = {"hvd": hvd, "FLAGS": types.SimpleNamespace(horovod=horovod)}
+    return bool(eval(compile(flag, "<is_distributed>", "eval"), env))  # noqa: S307
+
+
+def test_an_optional_horovod_initialised_under_a_flag_is_asked_its_size_only_then() -> None:
+    """`try: import horovod` / `except ImportError: hvd = None`, and `hvd.init()` only under
+    `if FLAGS.horovod:`. A single-device run on a host with Horovod installed never initialises
+    it, and there `hvd.size()` raises: the flag must come first, as for a plain import."""
+    flags = _flags(
+        OPTIONAL + f"def build(opt, manager):\n    return {LSO}(opt, manager)\n\n\n"
+        "def main():\n    if FLAGS.horovod:\n        hvd.init()\n"
+    )
+    flag = flags["return"]
+    assert flag is not None
+    assert not _run_value(flag, _Horovod(4, initialised=False), horovod=False)
+    assert not _run_value(flag, None, horovod=False)  # Horovod not installed
+    assert not _run_value(flag, _Horovod(1, initialised=True), horovod=True)
+    assert _run_value(flag, _Horovod(4, initialised=True), horovod=True)
+
+
+def test_an_optional_horovod_initialised_where_it_is_imported_needs_only_the_import() -> None:
+    """Control for the one above: `hvd.init()` right after the import, inside the `try`, runs
+    whenever Horovod is there, so the import alone decides."""
+    imported = "    import horovod.tensorflow as hvd\n"
+    source = OPTIONAL.replace(imported, imported + "    hvd.init()\n")
+    flags = _flags(source + f"def build(opt, manager):\n    return {LSO}(opt, manager)\n")
+    flag = flags["return"]
+    assert flag is not None
+    assert not _run_value(flag, None, horovod=False)
+    assert not _run_value(flag, _Horovod(1, initialised=True), horovod=False)
+    assert _run_value(flag, _Horovod(4, initialised=True), horovod=False)
