@@ -307,3 +307,26 @@ def test_the_fallback_of_a_try_importing_another_librarys_scaler_is_still_report
     warned = [f for f in findings if f.kind == "warning" and f.rule == "torch-grad-scaler"]
     assert [f.line for f in warned] == [6]
     assert "is used as a value" in warned[0].message
+
+
+def test_a_patch_of_torchs_scaler_class_is_reported_where_it_stops_reaching_the_port() -> None:
+    """A script that patches or borrows a method of torch's class (`torch.cuda.amp.GradScaler.step
+    = ...`, `torch.amp.GradScaler.unscale_`) keeps pointing at torch's class while its scaler
+    becomes npu_lossscale's: the patch no longer applies to it, so each such line is reported
+    (dotted names of four and of five parts alike) and left as written."""
+    source = (
+        "import torch\n\n"
+        "scaler = torch.cuda.amp.GradScaler()\n"
+        "original_step = torch.cuda.amp.GradScaler.step\n"
+        "torch.amp.GradScaler.unscale_ = lambda self, optimizer: None\n"
+    )
+    ported, findings = _port(source)
+    assert "scaler = npu_lossscale.torch.GradScaler()\n" in ported
+    assert "original_step = torch.cuda.amp.GradScaler.step\n" in ported
+    reported = {
+        (f.line, f.message)
+        for f in findings
+        if f.kind == "warning" and f.rule == "torch-grad-scaler"
+    }
+    assert {line for line, _ in reported} == {4, 5}
+    assert all("reaches into torch's torch." in m for _, m in reported)
