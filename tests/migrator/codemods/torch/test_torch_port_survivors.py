@@ -330,3 +330,23 @@ def test_a_patch_of_torchs_scaler_class_is_reported_where_it_stops_reaching_the_
     }
     assert {line for line, _ in reported} == {4, 5}
     assert all("reaches into torch's torch." in m for _, m in reported)
+
+
+@pytest.mark.parametrize(
+    ("guard", "below_one"),
+    [("args.dropout < 0.5", False), ("scaler._scale.item() < 0.5", True)],
+    ids=["another-objects-attribute", "the-scalers-own-scale"],
+)
+def test_only_the_scalers_scale_compared_below_one_keeps_torchs_rule(
+    guard: str, below_one: bool
+) -> None:
+    """`args.dropout < 0.5` beside a GradScaler is the script's own setting, not a sign that it
+    relies on the scale going below 1: only a read of the scale (`._scale`, `get_scale()`)
+    keeps torch's rule (min_loss_scale=0, said in a warning)."""
+    ported, findings = _port(
+        f"import torch\n\nscaler = torch.cuda.amp.GradScaler()\n\nif {guard}:\n    pass\n"
+    )
+    kept = "npu_lossscale.torch.GradScaler(min_loss_scale=0)" in ported
+    assert kept is below_one
+    assert bool(_messages(findings, "warning", "torch-scale-below-one")) is below_one
+    assert "npu_lossscale.torch.GradScaler(" in ported
