@@ -270,3 +270,19 @@ def test_an_optional_horovod_initialised_where_it_is_imported_needs_only_the_imp
     assert not _run_value(flag, None, horovod=False)
     assert not _run_value(flag, _Horovod(1, initialised=True), horovod=False)
     assert _run_value(flag, _Horovod(4, initialised=True), horovod=False)
+
+
+def test_a_wrapper_in_another_function_does_not_hide_the_one_beside_the_optimizer() -> None:
+    """`evaluate()` wraps an optimizer of its own first in the file; `build()` wraps its
+    optimizer only under `FLAGS.horovod`. The optimizer built in `build()` follows its own
+    function's wrapper: a run without the flag trains alone on each worker."""
+    flags = _flags(
+        HEADER + "def evaluate(opt):\n    return hvd.DistributedOptimizer(opt)\n\n\n"
+        "def build(opt, manager):\n    if FLAGS.horovod:\n"
+        "        opt = hvd.DistributedOptimizer(opt)\n"
+        f"    return {LSO}(opt, manager)\n\n\n"
+        "def main():\n    hvd.init()\n"
+    )
+    assert flags == {"return": "FLAGS.horovod"}
+    assert not _value(flags["return"], 4, horovod=False)
+    assert _value(flags["return"], 4, horovod=True)
