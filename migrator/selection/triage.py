@@ -150,12 +150,25 @@ def _chain(node: ast.Attribute) -> tuple[list[str], str | None]:
     return chain, value.id if isinstance(value, ast.Name) else None
 
 
+def _walk(tree: ast.AST) -> list[ast.AST]:
+    """`list(ast.walk(tree))`, in the same order, a third faster: no generators per node."""
+    found = [tree]
+    for node in found:  # grows while it is read
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if value.__class__ is list:
+                found.extend([v for v in value if isinstance(v, ast.AST)])
+            elif isinstance(value, ast.AST):
+                found.append(value)
+    return found
+
+
 def _names(tree: ast.AST) -> _Names:
     """One flat walk (a NodeVisitor's recursive dispatch costs twice as much on long files);
     an attribute inside a longer chain repeats a prefix of what the chain adds, so visiting
     every node gives the same sets."""
     found = _Names()
-    nodes = list(ast.walk(tree))
+    nodes = _walk(tree)
     # Imports first, wherever they are (function-local ones too), so every chain sees its root.
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -191,7 +204,9 @@ def verdict(source: bytes, *, add_loss_scale: bool = False) -> Verdict:
     return "step" if _uses_step(found) else "clear"
 
 
-@functools.lru_cache(maxsize=256)  # verdict() and widen() read the same files
+# verdict() reads every admitted file, then widen() reads them again: a cache smaller than the
+# admitted set (426 files of a dense 4,600-file tree) would parse a quarter of them twice.
+@functools.lru_cache(maxsize=2048)
 def _read(source: bytes) -> _Names | None:
     try:
         # ast.parse takes undecodable bytes that libcst refuses: check the decoding as it will.
