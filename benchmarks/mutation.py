@@ -270,7 +270,7 @@ def _run_area(area: str, root: Path, sample: int, seed: int, timeout: float) -> 
                 )
             else:
                 outcome.killed += 1
-                outcome.timeouts += result.worker_outcome == WorkerOutcome.TIMEOUT
+                outcome.timeouts += result.output == "timeout"  # how cosmic-ray records one
             outcome.run += 1
     outcome.seconds = time.monotonic() - started
     return outcome
