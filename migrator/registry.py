@@ -217,6 +217,7 @@ SUBCLASS_OVERRIDE = "subclass-override"
 NPU_BRIDGE = "npu-bridge"
 TF_FOREIGN_LOSS_SCALE = "tf-foreign-loss-scale"
 TF_HAND_LOSS_SCALE = "tf-hand-loss-scale"  # loss scaled by hand: migrator.selection.hand_loss_scale
+TF_UNSCALED_GRADIENTS = "tf-unscaled-gradients"  # migrator.selection.unscaled_gradients
 
 # ----------------------------------------------------------------- Keras
 KERAS_LOSS_SCALE_OPTIMIZER = "keras-loss-scale-optimizer"
