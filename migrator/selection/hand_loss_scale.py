@@ -83,7 +83,7 @@ def site(source: bytes) -> tuple[int, str, str | None] | None:
         return None
     if not _imports_tensorflow(tree):
         return None
-    scaled = next((m for scope in _scopes(tree) for m in _scaled_losses(scope)), None)
+    scaled = next((m for scope in pytree.scopes(tree) for m in _scaled_losses(scope)), None)
     if scaled is None:
         return None
     checks = sorted(_gradient_checks(tree), key=lambda n: (n.lineno, n.col_offset))
@@ -101,15 +101,6 @@ def _imports_tensorflow(tree: ast.Module) -> bool:
             if node.module.split(".")[0] == "tensorflow":
                 return True
     return False
-
-
-def _scopes(tree: ast.Module) -> Iterator[list[ast.AST]]:
-    """The nodes of each function (nested ones included), then those of the module's own code."""
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield list(ast.walk(node))
-    top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.ClassDef))]
-    yield [n for s in top for n in ast.walk(s)]
 
 
 def _scaled_losses(scope: list[ast.AST]) -> Iterator[ast.BinOp]:

@@ -18,7 +18,6 @@ value computed from them (clipped, zipped) after they were taken.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 
 from migrator import registry
 from migrator.findings import Finding
@@ -45,7 +44,7 @@ def finding(source: bytes, path: str) -> Finding | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     contrib = _contrib_names(tree)
-    for scope in _scopes(tree):
+    for scope in pytree.scopes(tree):
         found = _unscaled(scope, contrib)
         if found is not None:
             call, optimizer = found
@@ -71,15 +70,6 @@ def _contrib_names(tree: ast.Module) -> set[str]:
         if module.startswith("tensorflow.contrib"):
             names |= {a.asname or a.name for a in node.names if a.name == "LossScaleOptimizer"}
     return names
-
-
-def _scopes(tree: ast.Module) -> Iterator[list[ast.AST]]:
-    """The nodes of each function (nested ones included), then those of the module's own code."""
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield list(ast.walk(node))
-    top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.ClassDef))]
-    yield [n for s in top for n in ast.walk(s)]
 
 
 def _unscaled(scope: list[ast.AST], contrib: set[str]) -> tuple[ast.Call, str] | None:

@@ -16,11 +16,16 @@ RULE = "tf-unscaled-gradients"
 
 @pytest.fixture(scope="module")
 def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return port_fixture_tree(tmp_path_factory.mktemp("unscaled_gradients"), FIXTURE)
+    done = port_fixture_tree(tmp_path_factory.mktemp("unscaled_gradients"), FIXTURE)
+    done["warned"] = {}  # file name -> its findings of the rule
+    for found in done["findings"]:
+        if found["rule"] == RULE:
+            done["warned"].setdefault(Path(found["path"]).name, []).append(found)
+    return done
 
 
 def _warned(ported: dict, name: str) -> list[dict]:
-    return [f for f in ported["findings"] if Path(f["path"]).name == name and f["rule"] == RULE]
+    return ported["warned"].get(name, [])
 
 
 def _line(name: str, text: str) -> int:
