@@ -79,26 +79,42 @@ def _unscaled(scope: list[ast.AST], contrib: set[str]) -> tuple[ast.Call, str] |
     wrapped = {t for a in assigns if _is_wrapper(a.value, contrib) for t in _targets(a)}
     if not wrapped:
         return None
+    applies = [
+        node
+        for node in scope
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "apply_gradients"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in wrapped
+    ]
     for assign in assigns:
         call = assign.value
         if not (isinstance(call, ast.Call) and _is_tf_gradients(call)):
             continue
-        derived = set(_targets(assign))
-        for later in assigns:
-            if later.lineno > assign.lineno and _names(later.value) & derived:
-                derived |= set(_targets(later))
-        for node in scope:
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "apply_gradients"
-                and isinstance(node.func.value, ast.Name)
-                and node.func.value.id in wrapped
-                and node.lineno > assign.lineno
-                and any(_names(a) & derived for a in [*node.args, *node.keywords])
-            ):
-                return call, node.func.value.id
+        for apply in applies:
+            if apply.lineno <= assign.lineno:
+                continue
+            derived = _derived(assign, [a for a in assigns if a.lineno < apply.lineno])
+            if any(_names(a) & derived for a in [*apply.args, *apply.keywords]):
+                return call, apply.func.value.id
     return None
+
+
+def _derived(gradients: ast.Assign, before: list[ast.Assign]) -> set[str]:
+    """Names holding the gradients, or values computed from them (clipped, zipped), at a later
+    line: a name bound again to something else (`grads = opt.compute_gradients(...)`) drops out.
+    Line order only, so a rebinding in one branch of an `if` drops it for both: the check
+    prefers saying nothing to a false alarm."""
+    derived = set(_targets(gradients))
+    for later in before:
+        if later.lineno <= gradients.lineno:
+            continue
+        if _names(later.value) & derived:
+            derived |= set(_targets(later))
+        else:
+            derived -= set(_targets(later))
+    return derived
 
 
 def _is_wrapper(value: ast.AST, contrib: set[str]) -> bool:
