@@ -148,14 +148,15 @@ def train(hvd):
     tf = tensorflow.compat.v1
     values = {"init_lr": 0.01, "learning_rate": 0.01, "num_train_steps": 100,
               "num_warmup_steps": 1, "warmup_steps": 1, "use_tpu": False, "hvd": hvd,
-              "use_fp16": True, "manual_fp16": False}
+              "use_fp16": True, "fp16": True, "auto_mixed_precision": True, "manual_fp16": False}
     graph = tf.Graph()
     with graph.as_default():
         w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0, 3.0]))
         k = tf.placeholder(tf.float32, [])
         loss = k * tf.reduce_sum(w * w)
         params = inspect.signature(factory).parameters
-        scaled = "use_fp16" in params or scaled_source
+        flags = ("use_fp16", "fp16", "auto_mixed_precision")  # the factory's mixed-precision switch
+        scaled = any(f in params for f in flags) or scaled_source
         kwargs = {n: values[n] for n in params if n in values and n != "loss"}
         bridge = sys.modules.get("npu_bridge.npu_init")
         before = len(bridge.CALLS) if bridge else 0

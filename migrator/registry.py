@@ -128,6 +128,14 @@ TORCH_FOREIGN_LOSS_SCALING = {
     "apex.fp16_utils.fp16_optimizer.FP16_Optimizer": "apex's FP16_Optimizer",
     "apex.fp16_utils.DynamicLossScaler": "apex's DynamicLossScaler",
     "apex.fp16_utils.loss_scaler.DynamicLossScaler": "apex's DynamicLossScaler",
+    "timm.utils.ApexScaler": "timm's ApexScaler, apex's amp inside timm",
+    "timm.utils.cuda.ApexScaler": "timm's ApexScaler, apex's amp inside timm",
+}
+# Another library's wrapper around torch's own GradScaler (DeiT, BEiT and their descendants import
+# timm's): the port does not reach into the library, so the loop keeps torch's scaler.
+TORCH_WRAPPED_SCALERS = {
+    "timm.utils.NativeScaler": "timm's NativeScaler",
+    "timm.utils.cuda.NativeScaler": "timm's NativeScaler",
 }
 
 # ============================================================= API spellings: cross-cutting moves
@@ -163,6 +171,7 @@ def torch_spellings() -> tuple[str, ...]:
         *(f"{m}.{TORCH_SCALER}" for m in TORCH_SCALER_HOMES),
         *TORCH_SHARDED_SCALERS,
         *TORCH_FOREIGN_LOSS_SCALING,
+        *TORCH_WRAPPED_SCALERS,
     )
 
 
@@ -217,6 +226,7 @@ SUBCLASS_OVERRIDE = "subclass-override"
 NPU_BRIDGE = "npu-bridge"
 TF_FOREIGN_LOSS_SCALE = "tf-foreign-loss-scale"
 TF_HAND_LOSS_SCALE = "tf-hand-loss-scale"  # loss scaled by hand: migrator.selection.hand_loss_scale
+TF_UNSCALED_GRADIENTS = "tf-unscaled-gradients"  # migrator.selection.unscaled_gradients
 
 # ----------------------------------------------------------------- Keras
 KERAS_LOSS_SCALE_OPTIMIZER = "keras-loss-scale-optimizer"

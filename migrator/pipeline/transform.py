@@ -29,7 +29,7 @@ from migrator.codemods.shared.visiting import Wrapper
 from migrator.codemods.targets import npu_bridge
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline import slicing
-from migrator.selection import hand_loss_scale
+from migrator.selection import hand_loss_scale, unscaled_gradients
 from migrator.selection.keras_helpers import KerasHelper
 from migrator.selection.prefilter import might_need_loss_scale_port, might_need_torch_port
 from migrator.selection.prefilter import (
@@ -216,9 +216,10 @@ def is_cheap_to_finish(prepared: PreparedFile, plan: ProjectPlan) -> bool:
 def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> MigrationResult:
     """Combine a prepared file with the project plan into the file's final result."""
     result = _finish(prepared, plan, options)
-    hand = hand_loss_scale.finding(result.old_source, result.path)  # the user's own bytes
-    if hand is not None:
-        result = dataclasses.replace(result, findings=_sorted([*result.findings, hand]))
+    for check in (hand_loss_scale.finding, unscaled_gradients.finding):
+        found = check(result.old_source, result.path)  # the user's own bytes
+        if found is not None:
+            result = dataclasses.replace(result, findings=_sorted([*result.findings, found]))
     if options.target != "npu-bridge" or not result.changed:
         return result
     done = npu_bridge.retarget(result.path, result.new_source)

@@ -12,7 +12,8 @@ a loss multiplied by a scale and gradients divided (or multiplied by the recipro
 scale, both in one function (or both at module level), in a file that imports TensorFlow. A file
 that only checks a loss's finiteness for logging does not qualify, and a file that reads the NPU's
 own float status (a vendor hand port) is left alone. The warning sits at the first `is_finite` on
-gradients where the file has one, else at the loss multiplication (the check is in another file).
+gradients where the file has one, else at the loss multiplication (the check is in another file,
+or there is none: then no overflow mode helps, and the message says so).
 """
 
 from __future__ import annotations
@@ -40,20 +41,24 @@ def finding(source: bytes, path: str) -> Finding | None:
     if found is None:
         return None
     line, scaled, check = found
-    where = (
-        f"its overflow check (`{check}`) finds inf/NaN only"
-        if check
-        else "an overflow check on the gradients' values (tf.is_finite) finds inf/NaN only"
-    )
-    return Finding(
-        path,
-        line,
-        registry.TF_HAND_LOSS_SCALE,
-        f"the file scales its loss by hand (`{scaled}`, gradients scaled back); left as it is: "
-        f"{where} and misses overflows an Ascend NPU in saturation mode clamps to 65504, so an "
-        "overflowed step is applied; port it to NPULossScaleOptimizer (or run in INF/NAN mode)",
-        "warning",
-    )
+    start = f"the file scales its loss by hand (`{scaled}`, gradients scaled back); left as it is: "
+    if check:
+        message = (
+            f"{start}its overflow check (`{check}`) finds inf/NaN only and misses overflows an "
+            "Ascend NPU in saturation mode clamps to 65504, so an overflowed step is applied; port "
+            "it to NPULossScaleOptimizer (or run in INF/NAN mode)"
+        )
+    else:
+        # Without a check here, INF/NAN mode is no remedy unless another file checks: a fixed
+        # scale with no check at all (TF's official ResNet run loop) applies inf gradients too.
+        message = (
+            f"{start}it checks no gradient for overflow itself, so unless another file does, an "
+            "overflowed step is applied in either overflow mode, and an overflow check on the "
+            "gradients' values (tf.is_finite) finds inf/NaN only and misses overflows an Ascend "
+            "NPU in saturation mode clamps to 65504; port it to NPULossScaleOptimizer, which "
+            "skips overflowed steps in both modes"
+        )
+    return Finding(path, line, registry.TF_HAND_LOSS_SCALE, message, "warning")
 
 
 def might_scale_by_hand(source: bytes) -> bool:
@@ -78,7 +83,7 @@ def site(source: bytes) -> tuple[int, str, str | None] | None:
         return None
     if not _imports_tensorflow(tree):
         return None
-    scaled = next((m for scope in _scopes(tree) for m in _scaled_losses(scope)), None)
+    scaled = next((m for scope in pytree.scopes(tree) for m in _scaled_losses(scope)), None)
     if scaled is None:
         return None
     checks = sorted(_gradient_checks(tree), key=lambda n: (n.lineno, n.col_offset))
@@ -96,15 +101,6 @@ def _imports_tensorflow(tree: ast.Module) -> bool:
             if node.module.split(".")[0] == "tensorflow":
                 return True
     return False
-
-
-def _scopes(tree: ast.Module) -> Iterator[list[ast.AST]]:
-    """The nodes of each function (nested ones included), then those of the module's own code."""
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield list(ast.walk(node))
-    top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.ClassDef))]
-    yield [n for s in top for n in ast.walk(s)]
 
 
 def _scaled_losses(scope: list[ast.AST]) -> Iterator[ast.BinOp]:

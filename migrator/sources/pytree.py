@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterator
 
 
 @functools.lru_cache(maxsize=2)
@@ -21,3 +22,14 @@ def forget() -> None:
     """Drop the kept trees. Left in the cache, a 20,000-line module's tree made the interpreter's
     exit take a second longer than the whole port (freed object by object at shutdown)."""
     parse.cache_clear()
+
+
+def scopes(tree: ast.Module) -> Iterator[list[ast.AST]]:
+    """The nodes of each function (nested ones included), then those of the module's own code:
+    the one-function reach of the checks that read a file's own bytes (hand loss scaling,
+    gradients that bypass a loss-scale optimizer)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield list(ast.walk(node))
+    top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.ClassDef))]
+    yield [n for s in top for n in ast.walk(s)]

@@ -44,7 +44,8 @@ def test_every_tf_and_keras_spelling_reaches_the_tf_ports(spelling: str):
 
 @pytest.mark.parametrize("spelling", registry.torch_spellings())
 def test_every_torch_spelling_reaches_the_torch_port(spelling: str):
-    assert names.classify(spelling) is not None or names.foreign(spelling), spelling
+    known = names.classify(spelling) is not None
+    assert known or names.foreign(spelling) or names.wrapped(spelling), spelling
     for source in _sources(spelling):
         assert _reaches_the_codemods(source, prefilter.might_need_torch_port), source
 

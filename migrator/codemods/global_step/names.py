@@ -66,12 +66,17 @@ def is_optimizer_wrapper(names: set[QualifiedName]) -> bool:
 
 
 def is_builtin_optimizer(names: set[QualifiedName]) -> bool:
-    """`tf.train.XOptimizer` (and compat.v1 spellings): these advance global_step themselves.
+    """`tf.train.XOptimizer` (and compat.v1 spellings, and the same classes imported from where
+    they are defined, `tensorflow.python.training.adam`): these advance global_step themselves.
 
     Keras optimizers are deliberately excluded: their apply_gradients has no global_step.
     """
     tail = tf_tail(names)
-    return tail is not None and tail.startswith("train.") and tail.endswith("Optimizer")
+    return (
+        tail is not None
+        and tail.startswith(("train.", "python.training."))
+        and tail.endswith("Optimizer")
+    )
 
 
 def single_name(names: set[QualifiedName]) -> QualifiedName | None:

@@ -214,20 +214,32 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         return False
 
     def _foreign(self, node: cst.CSTNode, name: str) -> None:
-        """Another library's loss scaling (apex): once per library and file, what it misses."""
-        what = names.foreign(name)
+        """Another library's loss scaling (apex) or its wrapper of torch's scaler (timm): once
+        per library and file, what it misses."""
+        what, wrapper = names.foreign(name), names.wrapped(name)
         library = name.split(".")[0]
-        if what is None or library in self._foreign_warned:
+        if (what is None and wrapper is None) or library in self._foreign_warned:
             return
         self._foreign_warned.add(library)
-        self._warn(
-            node,
-            f"`{code(node)}` ({what}) is left as it is: its overflow check looks for inf/NaN "
-            "only, so on an Ascend NPU in saturation mode, where an overflow is clamped to the "
-            "fp16 maximum (65504), an overflowed step is applied; move the loop to torch.amp "
-            f"autocast with {names.PORTED} (both overflow modes), or run in INF/NAN mode",
-            FOREIGN_RULE,
-        )
+        if wrapper is not None:
+            # torch's own GradScaler inside: on Ascend it is torch-npu's scaler only where
+            # transfer_to_npu maps it, never this port's.
+            message = (
+                f"`{code(node)}` ({wrapper}) is left as it is: it builds torch's own GradScaler "
+                f"inside {library}, which the port does not reach, so this loop gets neither "
+                f"{names.PORTED}'s overflow modes nor its all-reduced overflow decision; build "
+                f"the loop's scaler from {names.PORTED} (the wrapper only calls scale, "
+                "unscale_ before clipping, step and update), or port the library's file too"
+            )
+        else:
+            message = (
+                f"`{code(node)}` ({what}) is left as it is: its overflow check looks for inf/NaN "
+                "only, so on an Ascend NPU in saturation mode, where an overflow is clamped to "
+                "the fp16 maximum (65504), an overflowed step is applied; move the loop to "
+                f"torch.amp autocast with {names.PORTED} (both overflow modes), or run in "
+                "INF/NAN mode"
+            )
+        self._warn(node, message, FOREIGN_RULE)
 
     def _use(self, node: cst.Name | cst.Attribute, kind: Kind) -> None:
         parent = self.parent(node)

@@ -74,6 +74,11 @@ def foreign(name: str) -> str | None:
     return _FOREIGN.get(name)
 
 
+def wrapped(name: str) -> str | None:
+    """What another library's wrapper around torch's own GradScaler is (timm's), or None."""
+    return registry.TORCH_WRAPPED_SCALERS.get(name)
+
+
 def left_what(name: str) -> str:
     """What a scaler the port leaves is, for its warning."""
     return _SHARDED.get(name, "a sharded scaler")
@@ -102,4 +107,4 @@ def is_transfer_to_npu(name: str) -> bool:
 
 def is_torch_module(name: str) -> bool:
     top = name.split(".")[0]
-    return top in ("torch", "torch_npu", "fairscale", "apex")
+    return top in ("torch", "torch_npu", "fairscale", "apex", "timm")

@@ -336,6 +336,36 @@ def test_optimizer_call_inside_the_group_still_gets_the_step(tmp_path):
     assert assigned["other"] == "opt.minimize(loss, global_step=global_step)"
 
 
+def test_optimizer_imported_from_tensorflow_python_training_is_a_tf_train_optimizer(tmp_path):
+    # `from tensorflow.python.training import adam` names tf.train.AdamOptimizer's own class: its
+    # apply_gradients advances the step given to it, so the move is the same as for
+    # tf.train.AdamOptimizer (it was once warned as an optimizer defined nowhere the tool saw).
+    src = _write(
+        tmp_path,
+        "internal_path.py",
+        SCALED.replace(
+            "import tensorflow as tf\n",
+            "import tensorflow as tf\nfrom tensorflow.python.training import adam\n",
+        )
+        .replace(
+            "def build(loss, lr):\n",
+            "def build(loss, lr):\n    global_step = tf.train.get_or_create_global_step()\n",
+        )
+        .replace("tf.train.AdamOptimizer(lr)", "adam.AdamOptimizer(lr)")
+        + "    train_op = opt.apply_gradients(opt.compute_gradients(loss))\n"
+        "    return tf.group(train_op, tf.assign_add(global_step, 1))\n",
+    )
+    report = _migrate(tmp_path, src)
+    assert _findings(report, MANUAL, "internal_path.py") == []
+    assert len(_findings(report, MOVE, "internal_path.py")) >= 1
+    fn = _function(ast.parse((src / "internal_path.py").read_text()), "build")
+    assert _step_updates(fn) == []
+    assigned = {n.targets[0].id: ast.unparse(n.value) for n in fn.body if isinstance(n, ast.Assign)}
+    assert assigned["train_op"] == (
+        "opt.apply_gradients(opt.compute_gradients(loss), global_step=global_step)"
+    )
+
+
 def test_step_passed_to_a_one_argument_per_line_call_gets_a_line_of_its_own(tmp_path):
     # `global_step=global_step` once went after `var_list=None, ` (a trailing space) on the
     # closing bracket's line when the call had one argument per line and no trailing comma.

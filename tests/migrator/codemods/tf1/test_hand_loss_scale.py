@@ -41,6 +41,19 @@ def test_without_a_check_in_the_file_it_is_warned_at_the_loss_multiplication(por
     assert wording in found["message"]
 
 
+def test_without_a_check_in_the_file_no_mode_is_offered_as_a_remedy(ported) -> None:
+    # No check here (none anywhere, in TF's official ResNet run loop): an overflowed step is
+    # applied in INF/NAN mode as well, so only the port is a remedy.
+    source = (FIXTURE / "fixed_scale_unchecked.py").read_text(encoding="utf-8").splitlines()
+    product = next(n for n, text in enumerate(source, 1) if "loss * loss_scale" in text)
+    (found,) = _findings(ported, "fixed_scale_unchecked.py")
+    assert (found["rule"], found["line"]) == ("tf-hand-loss-scale", product)
+    message = found["message"]
+    assert "checks no gradient for overflow itself" in message
+    assert "applied in either overflow mode" in message
+    assert "NPULossScaleOptimizer" in message and "INF/NAN mode" not in message
+
+
 @pytest.mark.parametrize("name", ["finite_loss_logging.py", "split_scopes.py"])
 def test_no_hand_scaled_step_no_warning(ported, name: str) -> None:
     assert _findings(ported, name) == []

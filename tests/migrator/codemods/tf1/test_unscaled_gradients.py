@@ -1,0 +1,60 @@
+"""A loss-scale optimizer whose apply_gradients is fed tf.gradients of the plain loss never scales
+the loss: the port keeps the file's shape (its optimizer is ported as usual) and warns once, at
+the tf.gradients call; gradients taken from the wrapper's compute_gradients, or tf.gradients
+feeding a plain optimizer, get no warning. All through the real CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_runner import MIGRATOR_FIXTURES, port_fixture_tree
+
+FIXTURE = MIGRATOR_FIXTURES / "unscaled_gradients"
+RULE = "tf-unscaled-gradients"
+
+
+@pytest.fixture(scope="module")
+def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    done = port_fixture_tree(tmp_path_factory.mktemp("unscaled_gradients"), FIXTURE)
+    done["warned"] = {}  # file name -> its findings of the rule
+    for found in done["findings"]:
+        if found["rule"] == RULE:
+            done["warned"].setdefault(Path(found["path"]).name, []).append(found)
+    return done
+
+
+def _warned(ported: dict, name: str) -> list[dict]:
+    return ported["warned"].get(name, [])
+
+
+def _line(name: str, text: str) -> int:
+    lines = (FIXTURE / name).read_text(encoding="utf-8").splitlines()
+    return next(n for n, line in enumerate(lines, 1) if text in line)
+
+
+@pytest.mark.parametrize(
+    ("name", "call", "optimizer"),
+    [
+        ("rewrite_tf_gradients.py", "tf.gradients(loss, tvars)", "optimizer"),
+        ("contrib_alias.py", "tf.compat.v1.gradients(loss, params)", "opt"),
+    ],
+)
+def test_tf_gradients_into_the_wrapper_are_warned_at_the_call(ported, name, call, optimizer):
+    (found,) = _warned(ported, name)
+    assert (found["kind"], found["line"]) == ("warning", _line(name, call))
+    message = found["message"]
+    assert f"`{call}` feeds `{optimizer}.apply_gradients`" in message
+    assert "never scaled" in message and f"`{optimizer}.compute_gradients`" in message
+    ported_text = (ported["out"] / name).read_text(encoding="utf-8")
+    assert "NPULossScaleOptimizer(" in ported_text and call in ported_text
+
+
+@pytest.mark.parametrize("name", ["compute_gradients.py", "rebound.py"])
+def test_gradients_from_compute_gradients_are_not_warned(ported, name) -> None:
+    assert _warned(ported, name) == []
+    assert "NPULossScaleOptimizer(" in (ported["out"] / name).read_text()
+
+
+def test_the_port_is_stable(ported) -> None:
+    assert ported["again"].returncode == 0
