@@ -350,3 +350,19 @@ def test_only_the_scalers_scale_compared_below_one_keeps_torchs_rule(
     assert kept is below_one
     assert bool(_messages(findings, "warning", "torch-scale-below-one")) is below_one
     assert "npu_lossscale.torch.GradScaler(" in ported
+
+
+def test_a_name_imported_beside_the_scaler_is_not_counted_as_a_use_of_it() -> None:
+    """`from torch.cuda.amp import GradScaler, autocast as AMP`: the uses of `AMP` are
+    autocast's, so once the scaler's only use is ported `GradScaler` leaves torch's import and
+    the script builds npu_lossscale's under its own name (no dead torch import, no alias)."""
+    ported, _ = _port(
+        "from torch.cuda.amp import GradScaler, autocast as AMP\n\n"
+        "scaler = GradScaler(init_scale=64.0)\n"
+        "with AMP(enabled=False):\n    pass\n"
+    )
+    assert ported.startswith(
+        "from torch.cuda.amp import autocast as AMP\nfrom npu_lossscale.torch import GradScaler\n"
+    )
+    scaler = _run(ported)["scaler"]
+    assert type(scaler) is npu_lossscale.torch.GradScaler and scaler.get_scale() == 64.0
