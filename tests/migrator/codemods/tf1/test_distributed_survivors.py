@@ -286,3 +286,18 @@ def test_a_wrapper_in_another_function_does_not_hide_the_one_beside_the_optimize
     assert flags == {"return": "FLAGS.horovod"}
     assert not _value(flags["return"], 4, horovod=False)
     assert _value(flags["return"], 4, horovod=True)
+
+
+def test_a_name_scope_around_the_optimizer_is_not_a_strategy_scope() -> None:
+    """A script that builds a MirroredStrategy only for multi-GPU runs and its optimizer under
+    `with tf.name_scope(...)`: a name scope distributes nothing, so the flag stays the run-time
+    question (`has_strategy()`), false on the single-GPU runs, where True would have the
+    optimizer look for a distributed engine that is not there."""
+    source = (
+        "import tensorflow as tf\n\nFLAGS = None\n\n\n"
+        "def main():\n    if FLAGS.num_gpus > 1:\n"
+        "        strategy = tf.distribute.MirroredStrategy()\n\n\n"
+        "def build(opt, manager):\n    with tf.name_scope('loss_scale'):\n"
+        f"        return {LSO}(opt, manager)\n"
+    )
+    assert _flags(source) == {"return": "tf.distribute.has_strategy()"}
