@@ -28,7 +28,7 @@ from migrator.codemods.shared.lines import LineProvider, start_line
 from migrator.codemods.shared.nodes import code
 from migrator.codemods.shared.parents import ParentProvider
 from migrator.codemods.shared.qualified import qualified_names
-from migrator.codemods.torch import annotations, below_one, branches, names, scan
+from migrator.codemods.torch import annotations, below_one, branches, messages, names, scan
 from migrator.codemods.torch.arguments import builder
 from migrator.codemods.torch.imports import Conflict, ImportSite, plan_imports
 from migrator.codemods.torch.names import Kind
@@ -43,12 +43,6 @@ NPU_RULE = registry.TORCH_NPU
 DEVICE_RULE = registry.TORCH_DEVICE
 IMPORT_RULE = registry.TORCH_IMPORT
 FOREIGN_RULE = registry.TORCH_FOREIGN_LOSS_SCALE
-
-_TRANSFER_NOTE = (
-    "only the scaler was ported: device strings ('cuda', .cuda(), .to('cuda')) and autocast stay "
-    "as written; on Ascend, torch-npu maps them to the NPU when the entry script starts with "
-    "`import torch_npu` and `from torch_npu.contrib import transfer_to_npu`"
-)
 
 
 class TorchScalerAnalyzer(cst.CSTVisitor):
@@ -222,24 +216,11 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             return
         self._foreign_warned.add(library)
         if wrapper is not None:
-            # torch's own GradScaler inside: on Ascend it is torch-npu's scaler only where
-            # transfer_to_npu maps it, never this port's.
-            message = (
-                f"`{code(node)}` ({wrapper}) is left as it is: it builds torch's own GradScaler "
-                f"inside {library}, which the port does not reach, so this loop gets neither "
-                f"{names.PORTED}'s overflow modes nor its all-reduced overflow decision; build "
-                f"the loop's scaler from {names.PORTED} (the wrapper only calls scale, "
-                "unscale_ before clipping, step and update), or port the library's file too"
-            )
+            template, what = messages.WRAPPED_SCALER, wrapper
         else:
-            message = (
-                f"`{code(node)}` ({what}) is left as it is: its overflow check looks for inf/NaN "
-                "only, so on an Ascend NPU in saturation mode, where an overflow is clamped to "
-                "the fp16 maximum (65504), an overflowed step is applied; move the loop to "
-                f"torch.amp autocast with {names.PORTED} (both overflow modes), or run in "
-                "INF/NAN mode"
-            )
-        self._warn(node, message, FOREIGN_RULE)
+            template = messages.FOREIGN_SCALING
+        text = template.format(code=code(node), what=what, library=library, ported=names.PORTED)
+        self._warn(node, text, FOREIGN_RULE)
 
     def _use(self, node: cst.Name | cst.Attribute, kind: Kind) -> None:
         parent = self.parent(node)
@@ -472,7 +453,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         if not self._sites:
             ported = None if self._transfer else first_ported_scaler(original_node, self)
             if ported is not None:  # ported by an earlier run: the reminder still holds
-                self._warn(ported, _TRANSFER_NOTE, DEVICE_RULE)
+                self._warn(ported, messages.TRANSFER_NOTE, DEVICE_RULE)
             return
         for binding in self._bindings:
             if binding.bound in self._reexported and self._module_level(binding.node):
@@ -505,7 +486,8 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._guarded_imports(anchors)
         if self.plan.calls and not self._transfer:
             first = min(self.line(call) for call in self.plan.calls)
-            self.findings.append(Finding(self.path, first, DEVICE_RULE, _TRANSFER_NOTE, "warning"))
+            note = Finding(self.path, first, DEVICE_RULE, messages.TRANSFER_NOTE, "warning")
+            self.findings.append(note)
 
     def _report_imports(self, anchors: list[cst.BaseStatement]) -> None:
         """One change per import statement touched, on its line."""
