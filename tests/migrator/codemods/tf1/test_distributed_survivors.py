@@ -301,3 +301,21 @@ def test_a_name_scope_around_the_optimizer_is_not_a_strategy_scope() -> None:
         f"        return {LSO}(opt, manager)\n"
     )
     assert _flags(source) == {"return": "tf.distribute.has_strategy()"}
+
+
+def test_a_horovod_parameter_defaulting_to_the_module_is_not_optional() -> None:
+    """`def build(opt, manager, hvd=hvd)`: the default is the Horovod module itself, never None,
+    so the flag is the world-size test alone (no `hvd is not None` guard the script never
+    needed); only a default of None makes the parameter optional."""
+    flags = _flags(
+        HEADER + "hvd.init()\n\n\ndef build(opt, manager, hvd=hvd):\n"
+        "    opt = hvd.DistributedOptimizer(opt)\n"
+        f"    return {LSO}(opt, manager)\n"
+    )
+    assert flags == {"return": "hvd.size() > 1"}
+    flags = _flags(
+        HEADER + "def build(opt, manager, hvd=None):\n"
+        "    opt = hvd.DistributedOptimizer(opt)\n"
+        f"    return {LSO}(opt, manager)\n"
+    )
+    assert flags == {"return": "hvd is not None and hvd.size() > 1"}
