@@ -506,3 +506,23 @@ def test_the_managers_bounds_read_as_numbers(ceiling: float | None, expected) ->
     manager = ExponentialUpdateLossScaleManager(256, 100, min_loss_scale=2, max_loss_scale=ceiling)
     assert manager.min_loss_scale == 2.0
     assert manager.max_loss_scale == expected
+
+
+def test_a_manager_driven_by_the_script_moves_its_scale_on_the_summed_flag(adapter) -> None:
+    """The vendor FAQ's loop drives the manager itself (`update_loss_scale(finite)`) with
+    is_distributed=True: the flag is summed over the ranks first, so a clean step everywhere
+    grows the scale and an overflow on the other rank backs it off here too."""
+    adapter(_HCCL_OPS, 2)
+    hccl = importlib.import_module("npu_bridge.hccl.hccl_ops")
+    scales = []
+    for peer_overflow in (0.0, 1.0):
+        with tf.Graph().as_default():
+            manager = ExponentialUpdateLossScaleManager(
+                128, 1, decr_every_n_nan_or_inf=1, decr_ratio=0.5, is_distributed=True
+            )
+            update = manager.update_loss_scale(tf.constant(True))
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                session.run(update, {hccl.peer: peer_overflow})
+                scales.append(float(session.run(manager.get_loss_scale())))
+    assert scales == [256.0, 64.0]
