@@ -8,6 +8,8 @@ same way for the TF1 and the Keras port (`shared/distributed.py` reads the condi
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import libcst as cst
 from libcst.metadata import GlobalScope
 
@@ -49,33 +51,16 @@ class Distribution:
             and func.endswith(".DistributedOptimizer")
         ):
             self.facts.wrappers.append(node)
-        elif self._lazy_horovod(node.func, "init") or self._optional_horovod_init(node.func):
+        elif _called_on(node.func, "init", self.facts.lazy_horovod) or _called_on(
+            node.func, "init", self.facts.optional_horovod & self.facts.horovod_aliases.keys()
+        ):
+            # Horovod that resolves to no single import: bound by a lazy-import helper, or by an
+            # optional import whose failure leaves None (where `hvd.size()` raises until init).
             assert isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name)
             self.facts.initialised.add(node.func.value.value)
             self.facts.init_calls.append(node)
-        elif self._lazy_horovod(node.func, "DistributedOptimizer"):
+        elif _called_on(node.func, "DistributedOptimizer", self.facts.lazy_horovod):
             self.facts.wrappers.append(node)
-
-    def _lazy_horovod(self, func: cst.BaseExpression, attribute: str) -> bool:
-        """`hvd.<attribute>` where `hvd` is Horovod bound through a lazy-import helper."""
-        return (
-            isinstance(func, cst.Attribute)
-            and func.attr.value == attribute
-            and isinstance(func.value, cst.Name)
-            and func.value.value in self.facts.lazy_horovod
-        )
-
-    def _optional_horovod_init(self, func: cst.BaseExpression) -> bool:
-        """`hvd.init()` where `hvd` is Horovod or the None its failed import left: two bindings,
-        so the name resolves to no single import, yet the call is where Horovod starts (and
-        `hvd.size()` raises before it)."""
-        return (
-            isinstance(func, cst.Attribute)
-            and func.attr.value == "init"
-            and isinstance(func.value, cst.Name)
-            and func.value.value in self.facts.optional_horovod
-            and func.value.value in self.facts.horovod_aliases
-        )
 
     def visit_Assign(self, node: cst.Assign) -> None:
         lazy = _lazily_imported(node)
@@ -174,3 +159,13 @@ def _lazily_imported(node: cst.Assign) -> str | None:
         return None
     module = first.evaluated_value
     return module if isinstance(module, str) else None
+
+
+def _called_on(func: cst.BaseExpression, attribute: str, names: Collection[str]) -> bool:
+    """`X.<attribute>` for a plain name X in `names`."""
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value == attribute
+        and isinstance(func.value, cst.Name)
+        and func.value.value in names
+    )
