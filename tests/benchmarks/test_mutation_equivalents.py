@@ -27,7 +27,9 @@ def test_every_explained_mutant_is_made_by_cosmic_ray_from_the_current_source(
     modules = sorted({module for module, _, _ in rows})
     config = tmp_path / "equivalents.toml"
     session = tmp_path / "equivalents.sqlite"
-    config.write_text(mutation._config(REPO_ROOT, modules, ["tests"], 60), encoding="utf-8")
+    config.write_text(
+        mutation._config(REPO_ROOT, modules, ["tests"], 60, tmp_path / "map.json"), encoding="utf-8"
+    )
     cosmic_ray = Path(sys.executable).parent / "cosmic-ray"
     subprocess.run(
         [str(cosmic_ray), "init", str(config), str(session)],
