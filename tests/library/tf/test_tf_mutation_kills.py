@@ -526,3 +526,45 @@ def test_a_manager_driven_by_the_script_moves_its_scale_on_the_summed_flag(adapt
                 session.run(update, {hccl.peer: peer_overflow})
                 scales.append(float(session.run(manager.get_loss_scale())))
     assert scales == [256.0, 64.0]
+
+
+class _WeightDecayOptimizer(tf.compat.v1.train.GradientDescentOptimizer):
+    """BERT's AdamWeightDecayOptimizer keeps its settings as public attributes, which scripts
+    read back (to log them, or to build a second optimizer alike)."""
+
+    def __init__(self, learning_rate: float) -> None:
+        super().__init__(learning_rate)
+        self.weight_decay_rate = 0.01
+        self.exclude_from_weight_decay = ["LayerNorm", "bias"]
+
+
+def test_the_inner_optimizers_own_public_attributes_read_through_the_wrapper() -> None:
+    opt = NPULossScaleOptimizer(
+        _WeightDecayOptimizer(0.1), ExponentialUpdateLossScaleManager(2.0**8, 2)
+    )
+    assert opt.weight_decay_rate == 0.01
+    assert opt.exclude_from_weight_decay == ["LayerNorm", "bias"]
+    assert opt._learning_rate == 0.1  # a private one as well, as the README says
+    with pytest.raises(AttributeError, match="warmup_steps"):
+        getattr(opt, "warmup_steps")  # noqa: B009
+
+
+@pytest.mark.parametrize("graph", [True, False], ids=["graph", "eager"])
+def test_last_step_applied_reads_true_before_the_first_step(graph: bool) -> None:
+    """A hook that logs `last_step_applied` from step 0 on must not report a skip that never
+    happened."""
+    if not graph:
+        opt = NPULossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1),
+            ExponentialUpdateLossScaleManager(4.0, 2),
+        )
+        assert bool(opt.last_step_applied.numpy()) is True
+        return
+    with tf.Graph().as_default():
+        opt = NPULossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1),
+            ExponentialUpdateLossScaleManager(4.0, 2),
+        )
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            assert bool(session.run(opt.last_step_applied)) is True

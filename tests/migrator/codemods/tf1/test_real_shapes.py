@@ -219,9 +219,7 @@ def test_graph_rewrite_on_an_unseen_optimizer_follows_the_files_tf_generation(
     assert "NPULossScaleOptimizer(make_optimizer(FLAGS)" in texts["tf1_session.py"]
     # Keras 2 behind a local helper (TensorFlow Addons), or a tf.keras made Keras 2 by
     # TF_USE_LEGACY_KERAS: ported, the report saying which Keras each file assumed and why.
-    assumed = {
-        Path(f["path"]).name: f["message"] for f in findings if f["rule"] == "keras-version"
-    }
+    assumed = {Path(f["path"]).name: f["message"] for f in findings if f["rule"] == "keras-version"}
     assert assumed["keras_helper.py"].startswith("Keras 2 assumed: line 19 uses `lamb(rate)`")
     assert "TF_USE_LEGACY_KERAS=1 (line 4)" in assumed["legacy_keras.py"]
     assert "LossScaleOptimizer(lamb(rate))" in texts["keras_helper.py"]
@@ -269,3 +267,42 @@ def test_estimator_shapes_strategy_from_a_helper_and_a_throwaway_rewrite(tmp_pat
         if Path(f["path"]).name == "eval_dummy_rewrite.py" and f["rule"] == "graph-rewrite"
     ]
     assert left["line"] == 9 and "its result is unused" in left["message"]
+
+
+PARTLY_PORTED = """\
+import tensorflow as tf
+
+try:
+    from npu_lossscale import NPULossScaleOptimizer
+except ImportError:  # not installed: this file's contrib optimizer is used alone
+    NPULossScaleOptimizer = None
+
+
+def build(loss):
+    opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+    manager = tf.contrib.mixed_precision.ExponentialUpdateLossScaleManager(2**15, 2)
+    opt = tf.contrib.mixed_precision.LossScaleOptimizer(opt, manager)
+    return opt.minimize(loss)
+"""
+
+
+def test_a_name_the_file_also_binds_to_none_is_not_reused_for_the_port(tmp_path: Path) -> None:
+    """A file ported by hand in part imports our class under its own name, with None as the
+    fallback: the contrib optimizer's port gets the class under an alias of its own, which
+    nothing in the file rebinds, and builds and steps."""
+    (tmp_path / "train.py").write_text(PARTLY_PORTED, encoding="utf-8")
+    proc = run_cli("--write", tmp_path / "train.py")
+    assert proc.returncode == 0, proc.stderr
+    code = (tmp_path / "train.py").read_text()
+    assert "NPULossScaleOptimizer as NpuLossScaleOptimizer" in code
+    assert "opt = NpuLossScaleOptimizer(opt, manager)" in code
+    assert "tf.contrib" not in code
+    step = (
+        "import tensorflow as tf; import train; tf.compat.v1.disable_eager_execution(); "
+        "w = tf.compat.v1.get_variable('w', initializer=[1.0, -2.0]); "
+        "op = train.build(tf.reduce_sum(w * w)); s = tf.compat.v1.Session(); "
+        "s.run(tf.compat.v1.global_variables_initializer()); s.run(op); print(s.run(w).tolist())"
+    )
+    done = _python(tmp_path, "-c", step)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == pytest.approx([0.8, -1.6])
