@@ -306,3 +306,47 @@ def test_a_name_the_file_also_binds_to_none_is_not_reused_for_the_port(tmp_path:
     done = _python(tmp_path, "-c", step)
     assert done.returncode == 0, done.stderr[-4000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == pytest.approx([0.8, -1.6])
+
+
+TWO_OPTIMIZERS = """\
+import tensorflow as tf
+
+
+class Holder:
+    def __init__(self, learning_rate):
+        self.optimizer = tf.compat.v1.train.GradientDescentOptimizer(learning_rate)
+
+
+class GAN:
+    def __init__(self, learning_rate):
+        self.optimizer = tf.keras.optimizers.Adam(learning_rate)  # the generator's
+
+    def discriminator_step(self, discriminator, loss):
+        manager = tf.contrib.mixed_precision.FixedLossScaleManager(128)
+        opt = tf.contrib.mixed_precision.LossScaleOptimizer(discriminator.optimizer, manager)
+        return opt.minimize(loss)
+"""
+
+
+def test_another_objects_optimizer_is_not_read_as_the_classs_own(tmp_path: Path) -> None:
+    """`discriminator.optimizer` inside a class whose own `self.optimizer` is a Keras one is not
+    that Keras optimizer: the contrib wrapper is ported (the kind said unknown, not refused as
+    Keras), and the port steps the tf.compat.v1 optimizer it is handed."""
+    (tmp_path / "trainer.py").write_text(TWO_OPTIMIZERS, encoding="utf-8")
+    report = tmp_path / "report.json"
+    proc = run_cli("--write", "--report", report, tmp_path / "trainer.py")
+    assert proc.returncode == 0, proc.stderr
+    findings = json.loads(report.read_text(encoding="utf-8"))["findings"]
+    assert [f["rule"] for f in findings if f["kind"] == "warning"] == ["optimizer-kind-unknown"]
+    code = (tmp_path / "trainer.py").read_text()
+    assert "opt = NPULossScaleOptimizer(discriminator.optimizer, manager)" in code
+    step = (
+        "import tensorflow as tf; import trainer; tf.compat.v1.disable_eager_execution(); "
+        "w = tf.compat.v1.get_variable('w', initializer=[1.0, -2.0]); "
+        "op = trainer.GAN(0.1).discriminator_step(trainer.Holder(0.1), tf.reduce_sum(w * w)); "
+        "s = tf.compat.v1.Session(); s.run(tf.compat.v1.global_variables_initializer()); "
+        "s.run(op); print(s.run(w).tolist())"
+    )
+    done = _python(tmp_path, "-c", step)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == pytest.approx([0.8, -1.6])
