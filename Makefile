@@ -92,7 +92,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/torch_distributed_overhead.py
 	$(PY) benchmarks/migrate_speed.py
 
-# Mutation testing (benchmarks/mutation.py, cosmic-ray): not part of `make test`; over an hour.
+# Mutation testing (benchmarks/mutation.py, cosmic-ray): not part of `make test`; about 40 min.
 mutate: $(STAMP)
 	$(PY) benchmarks/mutation.py
 
