@@ -269,6 +269,20 @@ def test_estimator_shapes_strategy_from_a_helper_and_a_throwaway_rewrite(tmp_pat
     assert left["line"] == 9 and "its result is unused" in left["message"]
 
 
+def _one_step(cwd: Path, module: str, train_op: str) -> list[float]:
+    """The weights after one step of the ported `module`'s `train_op` (an expression of `loss`)
+    on loss = |w|^2 from w = [1, -2], in a graph on this TensorFlow."""
+    step = (
+        f"import tensorflow as tf; import {module}; tf.compat.v1.disable_eager_execution(); "
+        "w = tf.compat.v1.get_variable('w', initializer=[1.0, -2.0]); "
+        f"loss = tf.reduce_sum(w * w); op = {train_op}; s = tf.compat.v1.Session(); "
+        "s.run(tf.compat.v1.global_variables_initializer()); s.run(op); print(s.run(w).tolist())"
+    )
+    done = _python(cwd, "-c", step)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 PARTLY_PORTED = """\
 import tensorflow as tf
 
@@ -297,15 +311,7 @@ def test_a_name_the_file_also_binds_to_none_is_not_reused_for_the_port(tmp_path:
     assert "NPULossScaleOptimizer as NpuLossScaleOptimizer" in code
     assert "opt = NpuLossScaleOptimizer(opt, manager)" in code
     assert "tf.contrib" not in code
-    step = (
-        "import tensorflow as tf; import train; tf.compat.v1.disable_eager_execution(); "
-        "w = tf.compat.v1.get_variable('w', initializer=[1.0, -2.0]); "
-        "op = train.build(tf.reduce_sum(w * w)); s = tf.compat.v1.Session(); "
-        "s.run(tf.compat.v1.global_variables_initializer()); s.run(op); print(s.run(w).tolist())"
-    )
-    done = _python(tmp_path, "-c", step)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == pytest.approx([0.8, -1.6])
+    assert _one_step(tmp_path, "train", "train.build(loss)") == pytest.approx([0.8, -1.6])
 
 
 TWO_OPTIMIZERS = """\
@@ -340,13 +346,5 @@ def test_another_objects_optimizer_is_not_read_as_the_classs_own(tmp_path: Path)
     assert [f["rule"] for f in findings if f["kind"] == "warning"] == ["optimizer-kind-unknown"]
     code = (tmp_path / "trainer.py").read_text()
     assert "opt = NPULossScaleOptimizer(discriminator.optimizer, manager)" in code
-    step = (
-        "import tensorflow as tf; import trainer; tf.compat.v1.disable_eager_execution(); "
-        "w = tf.compat.v1.get_variable('w', initializer=[1.0, -2.0]); "
-        "op = trainer.GAN(0.1).discriminator_step(trainer.Holder(0.1), tf.reduce_sum(w * w)); "
-        "s = tf.compat.v1.Session(); s.run(tf.compat.v1.global_variables_initializer()); "
-        "s.run(op); print(s.run(w).tolist())"
-    )
-    done = _python(tmp_path, "-c", step)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == pytest.approx([0.8, -1.6])
+    step = "trainer.GAN(0.1).discriminator_step(trainer.Holder(0.1), loss)"
+    assert _one_step(tmp_path, "trainer", step) == pytest.approx([0.8, -1.6])
