@@ -184,6 +184,29 @@ def test_mixing_model_fit_and_get_unscaled_gradients_is_logged(caplog) -> None:
     assert "already applied scaled gradients" in caplog.text
 
 
+def test_a_tf_keras_style_loop_from_the_first_step_is_not_warned(caplog) -> None:
+    """The warning above is for mixing kinds of loop: a loop that unscales the gradients itself
+    from its first step on (tf_keras's get_scaled_loss / get_unscaled_gradients) never hears it."""
+    model = _mlp()
+    opt = LossScaleOptimizer(keras.optimizers.SGD(LR), 2.0**10)
+    with caplog.at_level("WARNING", logger="npu_lossscale"):
+        for _ in range(2):
+            with tf.GradientTape() as tape:
+                scaled = opt.get_scaled_loss(_loss(model, X))
+            grads = opt.get_unscaled_gradients(tape.gradient(scaled, model.trainable_variables))
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+    assert int(opt.iterations) == 2
+    assert "already applied scaled gradients" not in caplog.text
+
+
+def test_the_default_growth_interval_is_keras_own() -> None:
+    """Drop-in: a script that leaves dynamic_growth_steps out gets Keras's interval, and reads
+    the same number back."""
+    ours = LossScaleOptimizer(keras.optimizers.SGD(LR))
+    theirs = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(LR))
+    assert ours.dynamic_growth_steps == theirs.dynamic_growth_steps == 2000
+
+
 def test_a_keras_loss_scale_checkpoint_restores_into_ours(tmp_path) -> None:
     def trained(opt: keras.optimizers.Optimizer) -> keras.Model:
         model = _mlp()
