@@ -43,6 +43,7 @@ import ast
 import csv
 import glob
 import json
+import os
 import queue
 import random
 import shutil
@@ -219,7 +220,7 @@ def _record(root: Path, modules: list[str], tests: list[str], slug: str) -> Path
         root,
         tests,
         NPU_MUTATION_COVERAGE=str(data / "coverage"),
-        NPU_MUTATION_INCLUDE=":".join(str(root / m) for m in modules),
+        NPU_MUTATION_INCLUDE=os.pathsep.join(str(root / m) for m in modules),
         NPU_MUTATION_DURATIONS=str(durations),
     )
     # A suite that fails (or fails to collect) unmutated would count every mutant as killed.
