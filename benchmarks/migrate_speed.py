@@ -263,9 +263,10 @@ def generate_long(root: Path, lines: int) -> tuple[int, int]:
     return 1, text.count("\n")
 
 
-def count_candidates(tree: Path) -> tuple[int, list]:
-    """Files passing the byte pre-filter, and of those the files the CLI parses with libcst (what
-    the ast triage keeps); the rest cost it only a read and a byte scan."""
+def count_candidates(tree: Path) -> tuple[int, list, set[str]]:
+    """Files passing the byte pre-filter, of those the files the CLI parses with libcst (what
+    the ast triage keeps), and the paths among these it reads for their plan facts alone; the rest
+    cost it only a read and a byte scan."""
     sys.path.insert(0, str(REPO))
     from migrator.pipeline.runner import _triage
     from migrator.selection.prefilter import might_need_migration
@@ -273,11 +274,11 @@ def count_candidates(tree: Path) -> tuple[int, list]:
 
     sources = [(SourceFile(p, str(p)), p.read_bytes()) for p in sorted(tree.rglob("*.py"))]
     admitted = [(s, d) for s, d in sources if might_need_migration(d)]
-    parsed, _ = _triage(admitted, add_loss_scale=False)
-    return len(admitted), parsed
+    parsed, for_plan, _ = _triage(admitted, add_loss_scale=False)
+    return len(admitted), parsed, for_plan
 
 
-def libcst_cpu_seconds(parsed: list) -> list[float]:
+def libcst_cpu_seconds(parsed: list, for_plan: set[str]) -> list[float]:
     """CPU seconds of the libcst work on each file the triage keeps, in this process, one file at
     a time: its parse, metadata and codemods (`prepare_source`), then its part of the project plan
     (`finish`). A file that fails to parse costs what it cost until it failed."""
@@ -302,7 +303,9 @@ def libcst_cpu_seconds(parsed: list) -> list[float]:
     for source, data in parsed:
         start = time.process_time()
         try:
-            finish(prepare_source(data, path=source.display, options=options), plan, options)
+            only = source.display in for_plan
+            prepared = prepare_source(data, path=source.display, options=options, facts_only=only)
+            finish(prepared, plan, options)
         except SourceError:
             pass
         seconds.append(time.process_time() - start)
@@ -416,14 +419,14 @@ def main() -> None:
         else:
             tree = Path(tmp) / "tree"
             files, lines = generate_tree(tree, args.files, args.seed)
-        candidates, parsed = count_candidates(tree)
+        candidates, parsed, for_plan = count_candidates(tree)
         print(
             f"tree: {files} files, {lines} lines, {candidates} pass the byte pre-filter, "
-            f"{len(parsed)} of them the ast triage and reach libcst "
-            f"({env_note}; load {os.getloadavg()[0]:.2f})"
+            f"{len(parsed)} of them the ast triage and reach libcst ({len(for_plan)} of those for "
+            f"their global-step plan facts only; {env_note}; load {os.getloadavg()[0]:.2f})"
         )
         if parsed:
-            cpu = sorted(libcst_cpu_seconds(parsed))
+            cpu = sorted(libcst_cpu_seconds(parsed, for_plan))
             p95 = cpu[min(len(cpu) - 1, round(0.95 * (len(cpu) - 1)))]
             print(
                 f"CPU per libcst file: median {statistics.median(cpu):.3f} s, p95 {p95:.3f} s "

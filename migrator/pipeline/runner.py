@@ -79,11 +79,13 @@ def _guarded(work: Callable[[], MigrationResult], source: bytes) -> _Outcome:
         return None, f"internal error in npu-migrate ({type(exc).__name__}: {exc}); left untouched"
 
 
-def prepare_one(path: str, source: bytes, options: MigrateOptions) -> _Prepared:
+def prepare_one(
+    path: str, source: bytes, options: MigrateOptions, facts_only: bool = False
+) -> _Prepared:
     """First pass over one file: its plan facts and, when it prepared cleanly, the prepared file.
 
     A file whose port fails is still scanned on its own, so that one failing file does not change
-    what the plan decides for the others.
+    what the plan decides for the others. `facts_only`: see `transform.prepare_source`.
     """
     from migrator.pipeline.transform import prepare_source, scan_source
 
@@ -91,7 +93,7 @@ def prepare_one(path: str, source: bytes, options: MigrateOptions) -> _Prepared:
 
     def work() -> MigrationResult:
         nonlocal prepared
-        prepared = prepare_source(source, path=path, options=options)
+        prepared = prepare_source(source, path=path, options=options, facts_only=facts_only)
         return prepared.ported
 
     _, error = _guarded(work, source)
@@ -188,9 +190,9 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(1)
 
 
-def _prepare_in_worker(item: tuple[str, bytes]) -> _Prepared:
+def _prepare_in_worker(item: tuple[str, bytes, bool]) -> _Prepared:
     assert _worker_options is not None
-    return prepare_one(item[0], item[1], _worker_options)
+    return prepare_one(*item[:2], _worker_options, item[2])
 
 
 def _finish_in_worker(item: tuple[PreparedFile, ProjectPlan]) -> _Outcome:
@@ -203,11 +205,13 @@ def _migrate_all(
     options: MigrateOptions,
     jobs: int,
     tick: Callable[[], None],
+    facts_only: frozenset[str] = frozenset(),
 ) -> tuple[list[_Outcome], ProjectPlan]:
     """Prepare every file (in worker processes if worth it), plan, then finish every file.
 
     Preparing is the expensive part and independent per file; the plan needs all files' facts;
-    finishing is cheap except for the few files the global-step move edits.
+    finishing is cheap except for the few files the global-step move edits. The files whose paths
+    are in `facts_only` are here for the plan alone (`_triage`).
     """
     from migrator.pipeline.transform import is_cheap_to_finish, plan_from_facts
 
@@ -215,7 +219,7 @@ def _migrate_all(
     if workers <= 1:
         prepared = []
         for path, data in items:
-            prepared.append(prepare_one(path, data, options))
+            prepared.append(prepare_one(path, data, options, path in facts_only))
             tick()
         plan = plan_from_facts(facts for _, facts, _ in prepared)
         return [
@@ -232,7 +236,8 @@ def _migrate_all(
         prepared = []
         broken = False
         try:
-            for one in pool.map(_prepare_in_worker, items, chunksize=chunksize):
+            flagged = [(path, data, path in facts_only) for path, data in items]
+            for one in pool.map(_prepare_in_worker, flagged, chunksize=chunksize):
                 prepared.append(one)
                 tick()
         except BrokenProcessPool:
@@ -325,9 +330,14 @@ def run(
         else:
             quiet.append((source, data))
     admitted = {s.display: d for s, d in pending}
-    pending, cleared = _triage(pending, add_loss_scale=config.add_loss_scale is not None)
+    pending, for_plan, cleared = _triage(pending, add_loss_scale=config.add_loss_scale is not None)
     # a file calling another file's scaler helper may rely on a scale below 1 (below_one)
     built_by_helpers = frozenset(helpers)
+    facts_only = frozenset(
+        s.display
+        for s, data in pending
+        if s.display in for_plan and not calls_helper(data, built_by_helpers)
+    )
     for source, data in quiet + [(s, admitted[s.display]) for s in cleared]:
         if built_by_helpers and calls_helper(data, built_by_helpers):
             pending.append((source, data))
@@ -348,7 +358,7 @@ def run(
         )
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:
-            results, plan = _migrate_all(items, options, config.jobs, bar.tick)
+            results, plan = _migrate_all(items, options, config.jobs, bar.tick, facts_only)
         groups = step_groups(plan.global_step)
         for (source, data), (result, error) in zip(pending, results):
             if result is None:
@@ -371,19 +381,22 @@ def run(
 
 def _triage(
     pending: list[tuple[SourceFile, bytes]], *, add_loss_scale: bool
-) -> tuple[list[tuple[SourceFile, bytes]], list[SourceFile]]:
+) -> tuple[list[tuple[SourceFile, bytes]], set[str], list[SourceFile]]:
     """Split the byte-admitted files into those the codemods must see and those they cannot touch.
 
     See migrator.selection.triage: an `ast` read of each file decides, then the files the
     global-step plan needs beside the others are put back, so the plan sees what it would see
-    without the triage.
+    without the triage. Returns the files to process, the paths among them put back for the
+    plan alone (nothing in them to port on their own), and the cleared files.
     """
     verdicts = [verdict(d, add_loss_scale=add_loss_scale) for _, d in pending]
     full = {s.display: d for (s, d), v in zip(pending, verdicts) if v == "full"}
     rest = {s.display: (d, v == "step") for (s, d), v in zip(pending, verdicts) if v != "full"}
-    keep = full.keys() | widen(rest, full)
+    for_plan = widen(rest, full)
+    keep = full.keys() | for_plan
     return (
         [(s, d) for s, d in pending if s.display in keep],
+        for_plan,
         [s for s, _ in pending if s.display not in keep],
     )
 

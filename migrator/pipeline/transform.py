@@ -141,25 +141,38 @@ def prepare_source(
     path: str,
     options: MigrateOptions = MigrateOptions(),  # noqa: B008 - frozen, so sharing it is safe
     whole: bool = False,
+    facts_only: bool = False,
 ) -> PreparedFile:
     """Scan for the plan and port the loss-scale APIs in one pass; raises SourceError.
 
     A long file is ported through its view (migrator.pipeline.slicing) unless `whole` is set, or the
     global-step move or --add-loss-scale has business in it: their cross-file facts carry lines.
+
+    `facts_only`: the file is here for the plan alone (the ast triage found nothing the ports could
+    change or report in it on its own, migrator.selection.triage), so only its plan facts are
+    read; its port is the file unchanged, as the ports would have found.
     """
     if not whole and options.add_loss_scale is None and b"global_step" not in source:
         view = slicing.view_of(source)
         if view is not None:
-            prepared = _prepare(view.source, path, options)
+            prepared = _prepare(view.source, path, options, facts_only)
             facts = prepared.facts
             if not (facts.classes or facts.functions or facts.unscaled_steps):
                 lines = tuple(view.line(n) for n in facts.loss_scale_lines)
                 facts = dataclasses.replace(facts, loss_scale_lines=lines)
                 return dataclasses.replace(prepared, facts=facts, view=view)
-    return _prepare(source, path, options)
+    return _prepare(source, path, options, facts_only)
 
 
-def _prepare(source: bytes, path: str, options: MigrateOptions) -> PreparedFile:
+def _prepare(
+    source: bytes, path: str, options: MigrateOptions, facts_only: bool = False
+) -> PreparedFile:
+    if facts_only:
+        # No port, so none of its metadata; the scan asks for its own (often none at all).
+        wrapper = Wrapper(parse(source), unsafe_skip_copy=True)
+        facts = global_step.scan(wrapper, path, source=source)
+        unchanged = MigrationResult(path=path, old_source=source, new_source=source, findings=[])
+        return PreparedFile(path, source, facts, unchanged)
     if options.add_loss_scale is not None:
         added_source, added = _add_loss_scale(source, path, options.add_loss_scale)
         if added:
