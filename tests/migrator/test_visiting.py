@@ -3,10 +3,11 @@ own `visit` does: same methods, same nodes, same order, attribute hooks included
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ScopeProvider
+from libcst.metadata import ExpressionContextProvider, MetadataWrapper, ScopeProvider
 
 from migrator.codemods.shared.visiting import Wrapper, visit
 
@@ -91,6 +92,46 @@ class OneHook(CallHooks, cst.CSTVisitor):
     pass
 
 
+class Shadowed(Plain):
+    """A visit_ method held by the instance: libcst looks it up on the instance first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.visit_Attribute = lambda node: self.calls.append(("attribute", id(node)))
+
+
+class BatchedPlain(cst.BatchableCSTVisitor):
+    """Batchable visitors without attribute hooks; two of them must interleave as libcst's."""
+
+    def __init__(self, tag: str, calls: list[tuple[str, str, int]]) -> None:
+        super().__init__()
+        self.tag, self.calls = tag, calls
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.calls.append((self.tag, "name", id(node)))
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        self.calls.append((self.tag, "call", id(node)))
+        return False  # a batched walk ignores it: the call's children are still visited
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        self.calls.append((self.tag, "call-done", id(original_node)))
+
+
+class ModuleOnly(cst.BatchableCSTVisitor):
+    """Only the module's own methods, as libcst's ScopeProvider has (it walks from there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.calls.append(f"visit {len(node.body)}")
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        self.calls.append(f"leave {len(original_node.body)}")
+
+
 class BatchedOneHook(CallHooks, cst.BatchableCSTVisitor):
     pass
 
@@ -124,6 +165,45 @@ def test_same_calls_as_libcst_without_attribute_hooks() -> None:
         assert ours.calls == theirs.calls
 
 
+def test_same_calls_as_libcst_with_a_method_on_the_instance() -> None:
+    attributes = 0
+    for module in modules():
+        ours, theirs = Shadowed(), Shadowed()
+        visit(module, ours)
+        module.visit(theirs)
+        assert ours.calls == theirs.calls
+        attributes += sum(kind == "attribute" for kind, _ in ours.calls)
+    assert attributes > 1_000
+    # ...and the class's own table is not the one the instance method went into
+    module = modules()[-1]
+    plain_ours, plain_theirs = Plain(), Plain()
+    visit(module, plain_ours)
+    module.visit(plain_theirs)
+    assert plain_ours.calls == plain_theirs.calls
+
+
+def test_same_calls_as_libcst_batched_without_hooks() -> None:
+    for module in modules():
+        ours: list[tuple[str, str, int]] = []
+        theirs: list[tuple[str, str, int]] = []
+        Wrapper(module, unsafe_skip_copy=True).visit_batched(
+            [BatchedPlain("a", ours), BatchedPlain("b", ours)]
+        )
+        MetadataWrapper(module, unsafe_skip_copy=True).visit_batched(
+            [BatchedPlain("a", theirs), BatchedPlain("b", theirs)]
+        )
+        assert ours == theirs
+        assert {tag for tag, _, _ in ours} <= {"a", "b"}
+    ours_module, theirs_module = ModuleOnly(), ModuleOnly()
+    Wrapper(module, unsafe_skip_copy=True).visit_batched([ours_module])
+    MetadataWrapper(module, unsafe_skip_copy=True).visit_batched([theirs_module])
+    assert (
+        ours_module.calls
+        == theirs_module.calls
+        == [f"visit {len(module.body)}"] + [f"leave {len(module.body)}"]
+    )
+
+
 def test_same_calls_as_libcst_with_hooks_on_one_node_type() -> None:
     hooked = 0
     for module in modules():
@@ -139,19 +219,79 @@ def test_same_calls_as_libcst_with_hooks_on_one_node_type() -> None:
     assert hooked > 1_000
 
 
+class Everything(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.nodes.append(node)
+        return True
+
+
+def _scope_facts(mapping: Mapping[cst.CSTNode, object], module: cst.Module) -> tuple[list, dict]:
+    """Each node's scope (by kind and first appearance) and each scope's assignments and accesses
+    (with the order index libcst counts them by, and what each access refers to): equal for two
+    resolutions over the same tree only if they recorded the same. Nodes are named by their place
+    in the tree; those libcst parsed from string annotations (new objects on each resolution) by
+    their code."""
+    everything = Everything()
+    module.visit(everything)
+    places = {id(node): place for place, node in enumerate(everything.nodes)}
+
+    def name(node: object) -> object:
+        if node is None or id(node) in places:
+            return places.get(id(node))
+        return (type(node).__name__, module.code_for_node(node))  # type: ignore[arg-type]
+
+    numbers: dict[int, int] = {}
+    scopes = {}
+    per_node = []
+    for node in everything.nodes:
+        scope = mapping.get(node)
+        if scope is not None:
+            number = numbers.setdefault(id(scope), len(numbers))
+            scopes[number] = scope
+            per_node.append((places[id(node)], type(scope).__name__, number))
+    facts = {
+        key: (
+            sorted(
+                (a.name, repr(name(getattr(a, "node", None))), a._index)
+                for a in scope.assignments  # type: ignore[attr-defined]
+            ),
+            sorted(
+                (
+                    repr(name(access.node)),
+                    access._index,
+                    tuple(
+                        sorted(
+                            (r.name, repr(name(getattr(r, "node", None)))) for r in access.referents
+                        )
+                    ),
+                )
+                for access in scope.accesses  # type: ignore[attr-defined]
+            ),
+        )
+        for key, scope in scopes.items()
+    }
+    return per_node, facts
+
+
 def test_scope_metadata_is_libcst_s() -> None:
     source = EXTRA + b"\n" + (ROOT / "migrator" / "pipeline" / "transform.py").read_bytes()
     module = cst.parse_module(source)
-    ours = Wrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
-    theirs = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
-    assert ours.keys() == theirs.keys()
-    for node, scope in theirs.items():
-        mine = ours[node]
-        assert type(mine) is type(scope)
-        assert {
-            (name, tuple(sorted(id(a.node) for a in scope.assignments[name])))
-            for name in scope._assignments
-        } == {
-            (name, tuple(sorted(id(a.node) for a in mine.assignments[name])))
-            for name in mine._assignments
-        }
+    ours_contexts = Wrapper(module, unsafe_skip_copy=True).resolve(ExpressionContextProvider)
+    theirs_contexts = MetadataWrapper(module, unsafe_skip_copy=True).resolve(
+        ExpressionContextProvider
+    )
+    assert dict(ours_contexts) == dict(theirs_contexts)
+    assert len(ours_contexts) > 1_000
+    accesses = 0
+    for module in modules():
+        ours = Wrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+        theirs = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+        assert len(ours) == len(theirs)
+        facts = _scope_facts(ours, module)
+        assert facts == _scope_facts(theirs, module)
+        accesses += sum(len(found) for _, found in facts[1].values())
+    assert accesses > 5_000
