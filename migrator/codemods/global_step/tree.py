@@ -25,9 +25,9 @@ class Collector(cst.CSTVisitor):
         self.found: list[cst.CSTNode] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, self.types):
+        if _is_a(type(node), self.types):
             self.found.append(node)
-        if node is not self.root and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        if node is not self.root and _is_a(type(node), _DEFS):
             return self.enter_defs
         return True
 
@@ -55,7 +55,7 @@ class Index(cst.CSTVisitor):
         self._open.append(len(self.nodes))
         self.nodes.append(node)
         self.ends.append(0)
-        if node is not self.root and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        if node is not self.root and _is_a(type(node), _DEFS):
             self._path = (*self._path, node.name.value)
             if isinstance(node, cst.FunctionDef):
                 self.functions.append((node, self._path))
@@ -63,9 +63,7 @@ class Index(cst.CSTVisitor):
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         self.ends[self._open.pop()] = len(self.nodes)
-        if original_node is not self.root and isinstance(
-            original_node, (cst.FunctionDef, cst.ClassDef)
-        ):
+        if original_node is not self.root and _is_a(type(original_node), _DEFS):
             self._path = self._path[:-1]
 
     def collect(
@@ -80,13 +78,26 @@ class Index(cst.CSTVisitor):
         i, stop = first, ends[first]
         while i < stop:
             node = nodes[i]
-            if isinstance(node, types):
+            if _is_a(type(node), types):
                 found.append(node)
-            if i != first and not enter_defs and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            if i != first and not enter_defs and _is_a(type(node), _DEFS):
                 i = ends[i]
             else:
                 i += 1
         return found
+
+
+_DEFS = (cst.FunctionDef, cst.ClassDef)
+# (node type, types) -> whether the one is a subclass of the others: libcst's node classes are
+# ABCs, whose isinstance costs a call into the abc machinery on every node of every walk here.
+_SUBCLASS: dict[tuple[type, tuple[type, ...]], bool] = {}
+
+
+def _is_a(node_type: type, types: tuple[type, ...]) -> bool:
+    found = _SUBCLASS.get((node_type, types))
+    if found is None:
+        found = _SUBCLASS[(node_type, types)] = issubclass(node_type, types)
+    return found
 
 
 # The index of the module being analysed; set only while `Analyzer.visit_Module` runs.
