@@ -7,8 +7,8 @@ statement. The first part only needs the code of the statements before it, the s
 its statement up to the node (`_Until` stops where PositionProvider would take the start); both
 are generated without libcst's context manager per node and cached, so a file costs at most one
 plain code generation plus part of each statement asked about. A statement asked about more than a
-few times gets one PositionProvider run over it alone. On the dense tree's files this was an
-eighth of the time when every lookup ran PositionProvider over the whole statement.
+few times gets one PositionProvider run over it alone (before, every statement asked about
+got one: about 3% of the CPU of the dense tree's libcst files, measured side by side).
 """
 
 from __future__ import annotations
