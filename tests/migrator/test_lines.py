@@ -7,6 +7,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from cli_runner import MIGRATOR_FIXTURES
+from cst_nodes import all_nodes
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from migrator.codemods.shared import lines
@@ -57,27 +58,12 @@ TRICKY = {
 }
 
 
-def _all_nodes(root: cst.CSTNode) -> list[cst.CSTNode]:
-    class Collect(cst.CSTVisitor):
-        def __init__(self) -> None:
-            super().__init__()
-            self.nodes: list[cst.CSTNode] = []
-
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            self.nodes.append(node)
-            return True
-
-    collect = Collect()
-    root.visit(collect)
-    return collect.nodes
-
-
 def _mismatches(wrapper: MetadataWrapper) -> list[str]:
     module = wrapper.module
     positions = wrapper.resolve(PositionProvider)
     parents = wrapper.resolve(ParentProvider)
     index = LineIndex(module)
-    nodes = _all_nodes(module)
+    nodes = all_nodes(module)
     assert len(nodes) == len(positions)  # the walk saw every node PositionProvider saw
     lines = {n: index.line(n, parents) for n in nodes}
     return [
@@ -184,7 +170,7 @@ def test_analyzers_never_resolve_positions_of_the_whole_file(monkeypatch) -> Non
 
         def visit_Module(self, node: cst.Module) -> None:
             for stmt in node.body:
-                for n in _all_nodes(stmt):
+                for n in all_nodes(stmt):
                     self.lines[n] = start_line(self, n)
 
     wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
@@ -193,7 +179,7 @@ def test_analyzers_never_resolve_positions_of_the_whole_file(monkeypatch) -> Non
     wrapper.visit(second)  # a second analyzer on the same wrapper reuses the index
     # Each statement's first lookups generate its code up to the node; one asked about more
     # often gets one run over that statement alone, which answers the rest.
-    many = [s for s in wrapper.module.body if len(_all_nodes(s)) > lines.PARTIAL_LOOKUPS]
+    many = [s for s in wrapper.module.body if len(all_nodes(s)) > lines.PARTIAL_LOOKUPS]
     assert many
     assert set(sizes) == {1} and len(sizes) == len(many)
     # LineProvider is resolved with ParentProvider in one round, and asking adds no walk.

@@ -111,14 +111,21 @@ print(FLAGS.loss_scale * 2)
 """
 
 
+def _project(root: Path, **more: str) -> list[tuple[SourceFile, bytes]]:
+    """A training script, the class file its optimizer comes from, and `more` files (name without
+    .py -> text); the files the byte pre-filter admits."""
+    (root / "mylib").mkdir()
+    (root / "mylib" / "__init__.py").write_text("")
+    (root / "mylib" / "opt.py").write_text(CLASS_FILE)
+    (root / "train.py").write_text(LOSS_SCALE_TRAIN)
+    for name, text in more.items():
+        (root / f"{name}.py").write_text(text)
+    admitted = [(SourceFile(p, str(p)), p.read_bytes()) for p in sorted(root.rglob("*.py"))]
+    return [(s, d) for s, d in admitted if might_need_migration(d)]
+
+
 def test_cli_clears_a_flag_file_and_keeps_the_class_file_in_the_plan(tmp_path: Path):
-    (tmp_path / "mylib").mkdir()
-    (tmp_path / "mylib" / "__init__.py").write_text("")
-    (tmp_path / "mylib" / "opt.py").write_text(CLASS_FILE)
-    (tmp_path / "train.py").write_text(LOSS_SCALE_TRAIN)
-    (tmp_path / "flags.py").write_text(FLAG_FILE)
-    admitted = [(SourceFile(p, str(p)), p.read_bytes()) for p in sorted(tmp_path.rglob("*.py"))]
-    admitted = [(s, d) for s, d in admitted if might_need_migration(d)]
+    admitted = _project(tmp_path, flags=FLAG_FILE)
     full, for_plan, cleared = _triage(admitted, add_loss_scale=False)
     assert sorted(Path(s.display).name for s, _ in full) == ["opt.py", "train.py"]
     assert [Path(p).name for p in for_plan] == ["opt.py"]  # its plan facts only: see above
@@ -148,14 +155,7 @@ def train_more(loss, global_step):
 
 
 def test_plan_facts_alone_give_the_same_outcomes_on_a_project(tmp_path: Path):
-    (tmp_path / "mylib").mkdir()
-    (tmp_path / "mylib" / "__init__.py").write_text("")
-    (tmp_path / "mylib" / "opt.py").write_text(CLASS_FILE)
-    (tmp_path / "train.py").write_text(LOSS_SCALE_TRAIN)
-    (tmp_path / "more.py").write_text(STEP_FILE)
-    admitted = [(SourceFile(p, str(p)), p.read_bytes()) for p in sorted(tmp_path.rglob("*.py"))]
-    admitted = [(s, d) for s, d in admitted if might_need_migration(d)]
-    kept, for_plan, _ = _triage(admitted, add_loss_scale=False)
+    kept, for_plan, _ = _triage(_project(tmp_path, more=STEP_FILE), add_loss_scale=False)
     assert sorted(Path(p).name for p in for_plan) == ["more.py", "opt.py"]
     items = [(s.display, d) for s, d in kept]
     whole, whole_plan = _migrate_all(items, MigrateOptions(), 1, list)

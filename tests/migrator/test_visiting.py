@@ -3,10 +3,11 @@ own `visit` does: same methods, same nodes, same order, attribute hooks included
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import libcst as cst
+from cst_nodes import all_nodes
 from libcst.metadata import ExpressionContextProvider, MetadataWrapper, ScopeProvider
 
 from migrator.codemods.shared.visiting import Wrapper, visit
@@ -146,40 +147,34 @@ def modules() -> list[cst.Module]:
     return found
 
 
+def _same_calls(module: cst.Module, make: Callable[[], cst.CSTVisitor]) -> list:
+    """The calls a fresh visitor from `make` gets from our walk, checked to be libcst's."""
+    ours, theirs = make(), make()
+    visit(module, ours)
+    module.visit(theirs)
+    assert ours.calls == theirs.calls  # type: ignore[attr-defined]
+    return ours.calls  # type: ignore[attr-defined]
+
+
 def test_same_calls_as_libcst_with_attribute_hooks() -> None:
     total = 0
     for module in modules():
-        ours, theirs = Recorder(cst.Lambda), Recorder(cst.Lambda)
-        visit(module, ours)
-        module.visit(theirs)
-        assert ours.calls == theirs.calls
-        total += len(ours.calls)
+        total += len(_same_calls(module, lambda: Recorder(cst.Lambda)))
     assert total > 50_000
 
 
 def test_same_calls_as_libcst_without_attribute_hooks() -> None:
     for module in modules():
-        ours, theirs = Plain(), Plain()
-        visit(module, ours)
-        module.visit(theirs)
-        assert ours.calls == theirs.calls
+        _same_calls(module, Plain)
 
 
 def test_same_calls_as_libcst_with_a_method_on_the_instance() -> None:
     attributes = 0
     for module in modules():
-        ours, theirs = Shadowed(), Shadowed()
-        visit(module, ours)
-        module.visit(theirs)
-        assert ours.calls == theirs.calls
-        attributes += sum(kind == "attribute" for kind, _ in ours.calls)
+        attributes += sum(kind == "attribute" for kind, _ in _same_calls(module, Shadowed))
     assert attributes > 1_000
     # ...and the class's own table is not the one the instance method went into
-    module = modules()[-1]
-    plain_ours, plain_theirs = Plain(), Plain()
-    visit(module, plain_ours)
-    module.visit(plain_theirs)
-    assert plain_ours.calls == plain_theirs.calls
+    _same_calls(modules()[-1], Plain)
 
 
 def test_same_calls_as_libcst_batched_without_hooks() -> None:
@@ -207,26 +202,13 @@ def test_same_calls_as_libcst_batched_without_hooks() -> None:
 def test_same_calls_as_libcst_with_hooks_on_one_node_type() -> None:
     hooked = 0
     for module in modules():
-        ours, theirs = OneHook(), OneHook()
-        visit(module, ours)
-        module.visit(theirs)
-        assert ours.calls == theirs.calls
+        calls = _same_calls(module, OneHook)
         batched_ours, batched_theirs = BatchedOneHook(), BatchedOneHook()
         Wrapper(module, unsafe_skip_copy=True).visit_batched([batched_ours])
         MetadataWrapper(module, unsafe_skip_copy=True).visit_batched([batched_theirs])
-        assert batched_ours.calls == batched_theirs.calls == theirs.calls
-        hooked += sum(kind != "name" for kind, _ in ours.calls)
+        assert batched_ours.calls == batched_theirs.calls == calls
+        hooked += sum(kind != "name" for kind, _ in calls)
     assert hooked > 1_000
-
-
-class Everything(cst.CSTVisitor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.nodes: list[cst.CSTNode] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.nodes.append(node)
-        return True
 
 
 def _scope_facts(mapping: Mapping[cst.CSTNode, object], module: cst.Module) -> tuple[list, dict]:
@@ -235,9 +217,8 @@ def _scope_facts(mapping: Mapping[cst.CSTNode, object], module: cst.Module) -> t
     resolutions over the same tree only if they recorded the same. Nodes are named by their place
     in the tree; those libcst parsed from string annotations (new objects on each resolution) by
     their code."""
-    everything = Everything()
-    module.visit(everything)
-    places = {id(node): place for place, node in enumerate(everything.nodes)}
+    nodes = all_nodes(module)
+    places = {id(node): place for place, node in enumerate(nodes)}
 
     def name(node: object) -> object:
         if node is None or id(node) in places:
@@ -247,7 +228,7 @@ def _scope_facts(mapping: Mapping[cst.CSTNode, object], module: cst.Module) -> t
     numbers: dict[int, int] = {}
     scopes = {}
     per_node = []
-    for node in everything.nodes:
+    for node in nodes:
         scope = mapping.get(node)
         if scope is not None:
             number = numbers.setdefault(id(scope), len(numbers))
