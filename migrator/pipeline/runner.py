@@ -192,7 +192,8 @@ def _exit_with_parent(parent: int) -> None:
 
 def _prepare_in_worker(item: tuple[str, bytes, bool]) -> _Prepared:
     assert _worker_options is not None
-    return prepare_one(*item[:2], _worker_options, item[2])
+    path, source, facts_only = item
+    return prepare_one(path, source, _worker_options, facts_only)
 
 
 def _finish_in_worker(item: tuple[PreparedFile, ProjectPlan]) -> _Outcome:

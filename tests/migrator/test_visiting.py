@@ -177,6 +177,20 @@ def test_same_calls_as_libcst_with_a_method_on_the_instance() -> None:
     _same_calls(modules()[-1], Plain)
 
 
+def test_wrapper_visit_builds_nothing(monkeypatch) -> None:
+    module = modules()[-1]
+    theirs = Plain()
+    MetadataWrapper(module, unsafe_skip_copy=True).visit(theirs)
+
+    def rebuild(self: cst.CSTNode, visitor: object) -> cst.CSTNode:
+        raise AssertionError(f"{type(self).__name__} rebuilt")
+
+    monkeypatch.setattr(cst.Module, "_visit_and_replace_children", rebuild)
+    ours = Plain()
+    assert Wrapper(module, unsafe_skip_copy=True).visit(ours) is module
+    assert ours.calls == theirs.calls and ours.calls
+
+
 def test_same_calls_as_libcst_batched_without_hooks() -> None:
     for module in modules():
         ours: list[tuple[str, str, int]] = []

@@ -120,6 +120,12 @@ class Wrapper(MetadataWrapper):
             visit(self.module, batched)
         return self.module
 
+    def visit(self, visitor):  # type: ignore[no-untyped-def,override]
+        if not isinstance(visitor, cst.CSTVisitor):
+            return super().visit(visitor)
+        visit_wrapper(self, visitor)
+        return self.module
+
 
 class _Batched(cst.CSTVisitor):
     """`_BatchedCSTVisitor` without attribute hooks, before_visit or after_leave, dispatched by
@@ -151,12 +157,6 @@ def _calling(methods: Sequence[Callable[[cst.CSTNode], object]]) -> object:
             method(node)
 
     return call
-
-    def visit(self, visitor):  # type: ignore[no-untyped-def,override]
-        if not isinstance(visitor, cst.CSTVisitor):
-            return super().visit(visitor)
-        visit_wrapper(self, visitor)
-        return self.module
 
 
 _LIBCST_VISIT = cst.CSTNode.visit
