@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import os
 import queue
 import random
@@ -77,6 +78,10 @@ def worker(rank: int, port: int, args: argparse.Namespace, results: mp.Queue) ->
             params = sum(p.numel() for p in loop.model.parameters())
             results.put((times, skipped, params))
         dist.barrier()  # no rank tears the group down while another still talks to it
+        # DDP sits in a reference cycle: left to interpreter exit, it frees the gloo group it
+        # holds there, and gloo's threads can abort the rank. Free it while all is alive.
+        del loop
+        gc.collect()
     finally:
         dist.destroy_process_group()
 

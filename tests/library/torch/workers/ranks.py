@@ -12,6 +12,7 @@ its step raised and how long it took to come.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -128,6 +129,9 @@ def main() -> None:
         json.dump(result, f)
     if result.get("error") is None:
         dist.barrier()  # no rank tears the group down while another still talks to it
+        # The DDP models of `agree` sit in reference cycles; freed only at interpreter exit, with
+        # the gloo group they hold, gloo's threads can abort the process. Free them now.
+        gc.collect()
         dist.destroy_process_group()
         return
     # The group lost a peer: tearing it down at interpreter exit can abort in gloo's threads
