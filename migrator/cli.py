@@ -426,7 +426,7 @@ def _summary_line(result: RunResult) -> str:
 
 def main() -> None:
     """Console-script entry point."""
-    from migrator.pipeline.runner import collect_less_often
+    from migrator.pipeline.runner import collect_between_files
 
-    collect_less_often()
+    collect_between_files()
     cli(prog_name="npu-migrate")

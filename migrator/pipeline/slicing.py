@@ -79,6 +79,7 @@ class View:
     source: bytes
     origin: tuple[int, ...]  # 1-based original line of each view line (a placeholder: its run's)
     placeholders: frozenset[int]  # 0-based view lines that stand for left-out statements
+    starts: tuple[int, ...] = ()  # 0-based original lines where its top-level statements start
 
     def line(self, view_line: int) -> int:
         """The original line of a 1-based view line."""
@@ -305,4 +306,5 @@ def _build(source: bytes, lines: list[bytes], chunks: list[_Chunk], keep: list[b
         placeholders.add(len(out))
         out.append(b"pass  # npu-migrate: left-out run %d%s" % (run, newline))
         origin.append(chunk.start + 1)
-    return View(source, b"".join(out), tuple(origin), frozenset(placeholders))
+    starts = tuple(chunk.start for chunk in chunks)
+    return View(source, b"".join(out), tuple(origin), frozenset(placeholders), starts)

@@ -36,7 +36,19 @@ def _run_copy(copy: Path, *args: str | Path, cwd: Path) -> subprocess.CompletedP
     )
 
 
-def test_a_rewrite_that_would_not_parse_fails_alone(tmp_path: Path) -> None:
+# Lines before and after the broken import: none, then enough for a long file, ported through its
+# view and checked by parsing only the lines around the change (migrator.pipeline.output_check).
+FILLER = {
+    "short": (0, 0),
+    "long, change near the top": (40, 2500),
+    "long, in the middle": (1200, 1200),
+}
+
+
+@pytest.mark.parametrize("filler", FILLER.values(), ids=FILLER.keys())
+def test_a_rewrite_that_would_not_parse_fails_alone(
+    tmp_path: Path, filler: tuple[int, int]
+) -> None:
     # Plant a plausible one-line bug in a copy of the package: when the port drops the last name of
     # a `from ... import a, b`, it forgets to drop that name's comma too (libcst renders the
     # dangling comma without complaint; Python rejects it).
@@ -51,11 +63,16 @@ def test_a_rewrite_that_would_not_parse_fails_alone(tmp_path: Path) -> None:
 
     tree = tmp_path / "tree"
     tree.mkdir()
+    before, after = filler
     bad = (
         b"import tensorflow as tf\n"
-        b"from tensorflow.contrib.mixed_precision import LossScaleManager, FixedLossScaleManager\n"
-        b"m = FixedLossScaleManager(128)\n"
+        + b"".join(b"def f%d(x):\n    return x + %d\n" % (i, i) for i in range(before // 2))
+        + b"from tensorflow.contrib.mixed_precision import "
+        + b"LossScaleManager, FixedLossScaleManager\n"
+        + b"m = FixedLossScaleManager(128)\n"
+        + b"".join(b"table = tf.add(table, %d)\n" % i for i in range(after))
     )
+    broken_line = 2 + 2 * (before // 2)
     (tree / "bad.py").write_bytes(bad)
     (tree / "good.py").write_bytes(PORTABLE)
     report = tmp_path / "report.json"
@@ -65,8 +82,8 @@ def test_a_rewrite_that_would_not_parse_fails_alone(tmp_path: Path) -> None:
     assert (tree / "bad.py").read_bytes() == bad
     _assert_ported((tree / "good.py").read_bytes())
     assert (
-        "bad.py: error: internal error in npu-migrate: the ported file would not parse (2:"
-        in proc.stderr
+        "bad.py: error: internal error in npu-migrate: the ported file would not parse "
+        f"({broken_line}:" in proc.stderr
     )
     assert "trailing comma not allowed" in proc.stderr
     (failed,) = json.loads(report.read_text())["failed"]
