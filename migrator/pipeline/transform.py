@@ -28,7 +28,7 @@ from migrator.codemods.shared.add_loss_scale_choice import manager_call
 from migrator.codemods.shared.visiting import Wrapper
 from migrator.codemods.targets import npu_bridge
 from migrator.findings import Finding, MigrationResult, SourceError
-from migrator.pipeline import slicing
+from migrator.pipeline import cst_parse, slicing
 from migrator.selection import hand_loss_scale, unscaled_gradients
 from migrator.selection.keras_helpers import KerasHelper
 from migrator.selection.prefilter import might_need_loss_scale_port, might_need_torch_port
@@ -83,7 +83,7 @@ def parse(source: bytes) -> cst.Module:
     or too long for libcst's parser (which would crash the process) is refused first."""
     limits.check(source)
     try:
-        return cst.parse_module(source)
+        return cst_parse.parse_module(source)
     except cst.ParserSyntaxError as exc:
         raise SourceError(source_errors.syntax_error(source, exc.raw_line, exc.message)) from exc
     except UnicodeDecodeError as exc:
