@@ -557,6 +557,14 @@ def main() -> int:
     if args.target == "npu-bridge":
         rows = [r for r in rows if not r.kind.startswith("torch")]
     compilers = dict(c.split("=", 1) for c in args.compile)
+    missing = [r for r in rows if not (args.snapshot / r.folder / r.path).is_file()]
+    if missing:  # a snapshot older than the manifest: say so rather than fail halfway through
+        listed = "\n  ".join(f"{r.folder}/{r.path}" for r in missing[:10])
+        more = f"\n  ... and {len(missing) - 10} more" if len(missing) > 10 else ""
+        sys.exit(
+            f"{args.snapshot} lacks {len(missing)} of the manifest's files:\n  {listed}{more}\n"
+            "write the snapshot again with --materialize"
+        )
     return run(args.snapshot, rows, projects, not args.only, stacks, compilers, args.target)
 
 

@@ -164,3 +164,26 @@ def test_a_port_that_python37_cannot_compile_fails_its_row(tmp_path: Path) -> No
     assert rows[0].failures == ["compile on py3.7 failed: SyntaxError: invalid syntax (line 1)"]
     assert rows[1].compiled["py3.7"].startswith("n/a (unported too: SyntaxError")
     assert rows[1].failures == [] and rows[2].compiled["py3.7"] == "ok"
+
+
+def test_a_snapshot_older_than_the_manifest_is_named_before_any_port(tmp_path: Path) -> None:
+    snapshot = tmp_path / "snapshot"
+    (snapshot / "me+tiny").mkdir(parents=True)
+    (snapshot / "me+tiny" / "tf1_opt.py").write_text(TF1_FILE)  # keras2_opt.py never written
+    (tmp_path / "manifest.tsv").write_text(MANIFEST)
+    (tmp_path / "extras.tsv").write_text("")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "realcode.py"),
+            str(snapshot),
+            *("--manifest", str(tmp_path / "manifest.tsv")),
+            *("--extras", str(tmp_path / "extras.tsv")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"{snapshot} lacks 1 of the manifest's files:\n  me+tiny/keras2_opt.py\n" in done.stderr
+    assert "--materialize" in done.stderr and "|" not in done.stdout
