@@ -29,24 +29,13 @@ def output_error(old: bytes, new: bytes, starts: Sequence[int] | None = None) ->
     top-level statements start, from a parse of `old`; without them the whole of `new` is parsed.
     """
     region = _changed_region(old, new, starts) if starts else None
+    first, text = region if region is not None else (0, new)
     try:
-        if region is None:
-            ast.parse(new)
-        else:
-            first, text = region
-            try:
-                ast.parse(text)
-            except SyntaxError as exc:
-                if exc.lineno:
-                    exc.lineno += first
-                raise
+        ast.parse(text)
     except SyntaxError as exc:
-        if region is None:
-            try:
-                ast.parse(old)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                return None
-        where = f"{exc.lineno}:{exc.offset or 1}" if exc.lineno else "?"
+        if region is None and not _parses(old):
+            return None
+        where = f"{exc.lineno + first}:{exc.offset or 1}" if exc.lineno else "?"
         return (
             f"internal error in npu-migrate: the ported file would not parse ({where}: {exc.msg}); "
             "left untouched, please report it"
@@ -54,6 +43,14 @@ def output_error(old: bytes, new: bytes, starts: Sequence[int] | None = None) ->
     except (ValueError, RecursionError, MemoryError):
         return None
     return None
+
+
+def _parses(source: bytes) -> bool:
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def _changed_region(old: bytes, new: bytes, starts: Sequence[int]) -> tuple[int, str] | None:

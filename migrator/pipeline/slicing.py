@@ -275,9 +275,7 @@ def _encoded(names: set[str]) -> set[bytes]:
 
 def _names_api(dotted: str) -> bool:
     parts = dotted.split(".")
-    return any(p in FRAMEWORK_PARTS for p in parts) or any(
-        t in dotted.encode() for t in _KEEP_BYTES
-    )
+    return any(p in FRAMEWORK_PARTS for p in parts) or _KEEP.search(dotted.encode()) is not None
 
 
 def _targets(statement: ast.stmt) -> list[ast.AST]:

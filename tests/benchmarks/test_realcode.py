@@ -55,29 +55,35 @@ MANIFEST = (
 )
 
 
-def _run(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
-    """Run the harness on the tiny set; returns the process and each file's row by column."""
+def _harness(
+    tmp_path: Path, files: dict[str, str], *flags: str, timeout: int = 900
+) -> subprocess.CompletedProcess:
+    """Write `files` as the snapshot of the tiny set and run the harness on it as a user does."""
     snapshot = tmp_path / "snapshot"
     (snapshot / "me+tiny").mkdir(parents=True)
-    (snapshot / "me+tiny" / "tf1_opt.py").write_text(TF1_FILE)
-    (snapshot / "me+tiny" / "keras2_opt.py").write_text(KERAS2_FILE)
+    for name, text in files.items():
+        (snapshot / "me+tiny" / name).write_text(text)
     (tmp_path / "manifest.tsv").write_text(MANIFEST)
     (tmp_path / "extras.tsv").write_text("")
-    done = subprocess.run(
+    return subprocess.run(
         [
             sys.executable,
             str(BENCHMARKS / "realcode.py"),
             str(snapshot),
-            "--manifest",
-            str(tmp_path / "manifest.tsv"),
-            "--extras",
-            str(tmp_path / "extras.tsv"),
+            *("--manifest", str(tmp_path / "manifest.tsv")),
+            *("--extras", str(tmp_path / "extras.tsv")),
             *flags,
         ],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
     )
+
+
+def _run(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
+    """Run the harness on the tiny set; returns the process and each file's row by column."""
+    files = {"tf1_opt.py": TF1_FILE, "keras2_opt.py": KERAS2_FILE}
+    done = _harness(tmp_path, files, *flags)
     lines = [line for line in done.stdout.splitlines() if line.startswith("|")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     rows = {}
@@ -167,23 +173,8 @@ def test_a_port_that_python37_cannot_compile_fails_its_row(tmp_path: Path) -> No
 
 
 def test_a_snapshot_older_than_the_manifest_is_named_before_any_port(tmp_path: Path) -> None:
+    done = _harness(tmp_path, {"tf1_opt.py": TF1_FILE}, timeout=120)  # no keras2_opt.py
     snapshot = tmp_path / "snapshot"
-    (snapshot / "me+tiny").mkdir(parents=True)
-    (snapshot / "me+tiny" / "tf1_opt.py").write_text(TF1_FILE)  # keras2_opt.py never written
-    (tmp_path / "manifest.tsv").write_text(MANIFEST)
-    (tmp_path / "extras.tsv").write_text("")
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCHMARKS / "realcode.py"),
-            str(snapshot),
-            *("--manifest", str(tmp_path / "manifest.tsv")),
-            *("--extras", str(tmp_path / "extras.tsv")),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert f"{snapshot} lacks 1 of the manifest's files:\n  me+tiny/keras2_opt.py\n" in done.stderr
     assert "--materialize" in done.stderr and "|" not in done.stdout
