@@ -17,11 +17,7 @@ from cli_runner import MIGRATOR_FIXTURES
 
 from migrator.pipeline import slicing, transform
 
-FIXTURES = sorted(
-    p
-    for p in (MIGRATOR_FIXTURES).rglob("*.py")
-    if "expected" not in p.parts
-)
+FIXTURES = sorted(p for p in (MIGRATOR_FIXTURES).rglob("*.py") if "expected" not in p.parts)
 
 
 def _port(source: bytes, path: str) -> tuple[bytes, list[dict]]:
@@ -53,6 +49,27 @@ def test_the_view_leaves_out_what_cannot_matter(monkeypatch: pytest.MonkeyPatch)
     assert text.count("left-out run") == 1
     # `used` is read by the kept function, so its binding is kept with it.
     assert "used = 3" in text
+
+
+def test_an_entry_block_is_seen_by_the_view_as_by_the_whole_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # NVIDIA's DLRM deploy_dense.py: a policy set in a function, an entry block calling a name the
+    # module never binds; the whole file is an evaluation program, which gets no policy warning.
+    source = (
+        b"import tensorflow as tf\n"
+        b"\n"
+        b"def deploy(precision):\n"
+        b"    if precision == 'fp16':\n"
+        b"        tf.keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        b"\n"
+        b"if __name__ == '__main__':\n"
+        b"    main()\n"
+    )
+    whole = _port(source, "deploy.py")
+    assert whole == (source, [])
+    monkeypatch.setattr(slicing, "MIN_LINES", 0)
+    assert _port(source, "deploy.py") == whole
 
 
 def _generated(lines: int) -> bytes:
