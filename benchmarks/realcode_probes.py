@@ -198,6 +198,8 @@ if tf1 and callable(factory) and not config["import_only"]:
     outcomes = []
     for hvd in variants:
         try:
+            if hvd is not None:
+                hvd.init()  # as a script does before it hands Horovod on
             outcome = train(hvd)
         except Exception as error:
             outcome = f"FAIL {type(error).__name__}: {first_line(error)}"

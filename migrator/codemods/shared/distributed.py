@@ -433,7 +433,9 @@ def _as_flag(
     expr: cst.BaseExpression, scope: Scope | None, canonical: Canonical, parent: Parent
 ) -> cst.BaseExpression:
     """A condition with the worker count where a flag belongs made a flag: `is_mpi` assigned
-    `hvd.size()` (truthy on one worker too) becomes `is_mpi > 1`, also as a part of `a and b`."""
+    `hvd.size()` (truthy on one worker too) becomes `is_mpi > 1`, also as a part of `a and b`;
+    a parameter with a number for its default (`use_multi_cpu=0`, handed a worker count by
+    IntelAI's BERT) becomes `bool(use_multi_cpu)`: the library refuses a count as a flag."""
     if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.And):
         return expr.with_changes(
             left=_as_flag(expr.left, scope, canonical, parent),
@@ -444,6 +446,10 @@ def _as_flag(
     for assignment in scope[expr.value]:
         if not isinstance(assignment, Assignment):
             continue
+        if isinstance(assignment.node, cst.Param) and isinstance(
+            assignment.node.default, cst.Integer
+        ):
+            return cst.parse_expression(f"bool({expr.value})")
         holder = parent(assignment.node)
         statement = parent(holder) if holder is not None else None
         if isinstance(statement, cst.Assign) and _is_size_call(statement.value, canonical):

@@ -8,8 +8,6 @@ same way for the TF1 and the Keras port (`shared/distributed.py` reads the condi
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 import libcst as cst
 from libcst.metadata import GlobalScope
 
@@ -51,16 +49,28 @@ class Distribution:
             and func.endswith(".DistributedOptimizer")
         ):
             self.facts.wrappers.append(node)
-        elif _called_on(node.func, "init", self.facts.lazy_horovod) or _called_on(
-            node.func, "init", self.facts.optional_horovod & self.facts.horovod_aliases.keys()
-        ):
+        elif self._unresolved_horovod(node.func, "init"):
             # Horovod that resolves to no single import: bound by a lazy-import helper, or by an
             # optional import whose failure leaves None (where `hvd.size()` raises until init).
             assert isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name)
             self.facts.initialised.add(node.func.value.value)
             self.facts.init_calls.append(node)
-        elif _called_on(node.func, "DistributedOptimizer", self.facts.lazy_horovod):
+        elif self._unresolved_horovod(node.func, "DistributedOptimizer"):
             self.facts.wrappers.append(node)
+
+    def _unresolved_horovod(self, func: cst.BaseExpression, attribute: str) -> bool:
+        """`X.<attribute>` where X is Horovod though no single import resolves it: bound by a
+        lazy-import helper, or by an optional import whose failure leaves None."""
+        if not (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == attribute
+            and isinstance(func.value, cst.Name)
+        ):
+            return False
+        name = func.value.value
+        facts = self.facts
+        optional = name in facts.optional_horovod and name in facts.horovod_aliases
+        return optional or name in facts.lazy_horovod
 
     def visit_Assign(self, node: cst.Assign) -> None:
         lazy = _lazily_imported(node)
@@ -159,13 +169,3 @@ def _lazily_imported(node: cst.Assign) -> str | None:
         return None
     module = first.evaluated_value
     return module if isinstance(module, str) else None
-
-
-def _called_on(func: cst.BaseExpression, attribute: str, names: Collection[str]) -> bool:
-    """`X.<attribute>` for a plain name X in `names`."""
-    return (
-        isinstance(func, cst.Attribute)
-        and func.attr.value == attribute
-        and isinstance(func.value, cst.Name)
-        and func.value.value in names
-    )

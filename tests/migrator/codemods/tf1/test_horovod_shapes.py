@@ -5,7 +5,12 @@
 - hvd_count.py: the worker count kept in a variable and tested as a flag (`is_mpi = hvd.size()`,
   `if is_mpi:`): the port passes a flag (`is_mpi > 1`), never the count.
 - hvd_optional.py: `try: import horovod.tensorflow as hvd / except ImportError: hvd = None`: the
-  port honours the None (never a bare True).
+  port keeps the guard the optimizer is wrapped under, `hvd is not None` (never a bare True).
+- hvd_initialized.py: the optional import, and the optimizer wrapped only where Horovod was
+  initialised elsewhere (Habana's BERT): the port keeps that guard, never `hvd.size()` (which
+  raises on an installed Horovod nobody initialised; trained that way too).
+- hvd_count_param.py: the flag is a parameter with a number for default, handed the worker count
+  (IntelAI's BERT): the port passes `bool(...)`, since the library refuses a count of 2.
 - hvd_lazy.py: `hvd = LazyImport("horovod.tensorflow")`, a helper of the script's own: Horovod
   all the same (the condition under which it wraps the optimizer), and the
   `tensorflow.compat.v1.train.MomentumOptimizer` that wrapper holds (in a file that also uses
@@ -36,12 +41,14 @@ TF115 = REPO_ROOT / ".venv-tf115" / "bin" / "python"
 EXPECTED = {
     "hvd_param": "hvd is not None and hvd.size() > 1",
     "hvd_count": "is_mpi > 1",
-    "hvd_optional": "hvd is not None and hvd.size() > 1",
+    "hvd_optional": "hvd is not None",
+    "hvd_initialized": "hvd is not None and hvd.is_initialized()",
+    "hvd_count_param": "bool(use_multi_cpu)",
     "hvd_lazy": "use_horovod",
 }
 # (module, workers): "none" runs without Horovod (hvd None; hvd_optional without the stand-in, so
 # its import fails; hvd_count imports Horovod unconditionally and so always needs it).
-RUNS = [(m, w) for m in EXPECTED for w in ("none", "1", "2")]
+RUNS = [(m, w) for m in EXPECTED for w in ("none", "1", "2")] + [("hvd_initialized", "uninit")]
 
 
 @pytest.fixture(scope="module")
