@@ -50,6 +50,13 @@ class _Guards(cst.CSTVisitor):
         held = frozenset(self.held)
         for node in self.comparisons:
             sides = [node.left, *(c.comparator for c in node.comparisons)]
+            minimum = next((side for side in sides if _names_a_minimum(side)), None)
+            if minimum is not None:
+                # whatever holds the scale (fairseq reads it through a property of its own)
+                return node, (
+                    f"checks the scale against a configured minimum ({code(minimum)}; "
+                    "fairseq's defaults to 1e-4), which torch's scale may fall below 1 to reach"
+                )
             if not any(_reads_scale(side, held) for side in sides):
                 continue
             for side in sides:
@@ -91,6 +98,20 @@ def _reads_scale(node: cst.BaseExpression, held: frozenset[str]) -> bool:
         if func.attr.value == "item":
             return _reads_scale(func.value, held)
     return any(_reads_scale(arg.value, held) for arg in node.args)
+
+
+def _names_a_minimum(node: cst.BaseExpression) -> bool:
+    """`self.min_loss_scale`, `args.min_scale`: a minimum read from the configuration, which
+    fairseq-style loops compare the scale with (their default is far below 1); the name says
+    what the other side is, however the loop reads it."""
+    if isinstance(node, cst.Attribute):
+        name = node.attr.value
+    elif isinstance(node, cst.Name):
+        name = node.value
+    else:
+        return False
+    words = name.lower()
+    return "min" in words and "scale" in words
 
 
 def literal_below_one(value: cst.BaseExpression) -> str | None:

@@ -226,9 +226,15 @@ GUARDED = (
         ("float(scaler.get_scale()) <= 0.5", True),
         ("random.random() < 0.5", False),  # another zero-argument call: not the scale
         ("scaler.get_scale() <= 0", False),  # never true at a floor of 1: nothing to keep
+        # fairseq's amp_optimizer.py: the minimum is configured (1e-4 by default)
+        ("scaler.get_scale() * scaler.get_backoff_factor() <= cfg.min_loss_scale", True),
+        ("scaler.get_scale() >= cfg.max_loss_scale", False),
+        ("self.next_loss_scale <= self.min_loss_scale", True),  # read through a property
     ],
 )
-def test_only_a_scale_compared_with_a_number_in_0_1_keeps_torchs_rule(test: str, floor: bool):
+def test_only_a_scale_compared_with_a_number_in_0_1_or_a_minimum_keeps_torchs_rule(
+    test: str, floor: bool
+):
     ported, findings = _port(GUARDED.format(test=test))
     assert ("min_loss_scale=0" in ported) is floor
     assert bool(_messages(findings, "warning", "torch-scale-below-one")) is floor
