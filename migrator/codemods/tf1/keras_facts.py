@@ -71,7 +71,7 @@ class KerasFacts:
         func = self.file.canonical(node.func)
         if func is None and _is_keras_training_call(node):
             self.uses_keras = True
-        if _is_keras_training_call(node) or _is_training_step(node):
+        if _is_keras_training_call(node) or _is_training_step(node) or _names_training(node):
             self.trains = True
         if func is not None and api.is_policy_setter(func):
             fp16, loss_scale = self._fp16_policy(node)
@@ -186,6 +186,22 @@ def _is_training_step(call: cst.Call) -> bool:
     """`opt.apply_gradients(...)`, `opt.minimize(...)`: a training step by hand."""
     func = call.func
     return isinstance(func, cst.Attribute) and func.attr.value in ("apply_gradients", "minimize")
+
+
+def _names_training(call: cst.Call) -> bool:
+    """`model_lib.build_and_fit()`, `train(args)`, `run_training()`: an entry script that trains
+    through its project's own functions, whose compile() this file cannot see."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        name = func.attr.value
+    elif isinstance(func, cst.Name):
+        name = func.value
+    else:
+        return False
+    return not _TRAINING_WORDS.isdisjoint(name.lower().split("_"))
+
+
+_TRAINING_WORDS = frozenset({"fit", "train", "training"})
 
 
 def _is_keras_training_call(call: cst.Call) -> bool:

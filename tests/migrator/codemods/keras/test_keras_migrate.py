@@ -259,6 +259,7 @@ def test_a_mixed_float16_policy_without_a_loss_scale_optimizer_is_flagged(tmp_pa
         ("policy_object.py", 5),
         ("policy_runtime.py", 7),
         ("policy_reexported.py", 4),  # keras re-exported by a project's own module
+        ("policy_delegated.py", 9),  # an entry script training through its project's module
         # (policy_evaluate.py: an evaluation script, which never trains, is not warned;
         # policy_evaluate_compiled.py: nor where it compiles the model for its metrics only)
     }
