@@ -109,7 +109,8 @@ if style is None:
         (a.name.split(".")[0] in ("keras", "tf_keras")) for n in ast.walk(tree)
         if isinstance(n, ast.Import) for a in n.names) or any(
         (n.module or "").split(".")[0] in ("keras", "tf_keras") or (
-            n.module == "tensorflow" and any(a.name == "keras" for a in n.names))
+            n.module == "tensorflow" and any(a.name == "keras" for a in n.names)) or (
+            (n.module or "").startswith("tensorflow.keras"))
         for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
     contrib = any((n.module or "").startswith("tensorflow.contrib") for n in ast.walk(tree)
                   if isinstance(n, ast.ImportFrom))
