@@ -239,6 +239,7 @@ UNPORTED_API = "unported-api"
 UNRESOLVED_ACCESS = "unresolved-access"
 OPTIMIZER_KIND_UNKNOWN = "optimizer-kind-unknown"
 DISTRIBUTED_UNVERIFIED = "distributed-unverified"
+DISTRIBUTED_ENGINE_UNSUPPORTED = "distributed-engine-unsupported"  # BytePS: no engine of ours
 SYMLINK_OUTSIDE = "symlink-outside"
 STAR_IMPORT = "star-import"
 NPU_IMPORT = "npu-import"

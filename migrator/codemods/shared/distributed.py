@@ -57,6 +57,8 @@ class DistributedFacts:
     optional_horovod: set[str] = dataclasses.field(default_factory=set)
     # names bound to Horovod by a lazy-import helper (`hvd = LazyImport("horovod.tensorflow")`)
     lazy_horovod: set[str] = dataclasses.field(default_factory=set)
+    # BytePS's `bps.DistributedOptimizer(...)`: workers the library cannot sum the flag over
+    byteps_wrappers: list[cst.Call] = dataclasses.field(default_factory=list)
 
     @property
     def trains_distributed(self) -> bool:

@@ -57,6 +57,12 @@ class Distribution:
             self.facts.init_calls.append(node)
         elif self._unresolved_horovod(node.func, "DistributedOptimizer"):
             self.facts.wrappers.append(node)
+        elif (
+            func is not None
+            and func.startswith("byteps.")
+            and func.endswith(".DistributedOptimizer")
+        ):
+            self.facts.byteps_wrappers.append(node)
 
     def _unresolved_horovod(self, func: cst.BaseExpression, attribute: str) -> bool:
         """`X.<attribute>` where X is Horovod though no single import resolves it: bound by a
@@ -116,6 +122,8 @@ class Distribution:
         if handed is not None:
             return handed
         if not self.facts.trains_distributed:
+            if self.facts.byteps_wrappers:
+                self._warn_byteps(call, keras)
             return None, ""
         if keras and not self.facts.horovod_imported:
             return None, (
@@ -139,6 +147,28 @@ class Distribution:
                 "uses instead",
             )
         return value, why
+
+    def _warn_byteps(self, call: cst.Call, keras: bool) -> None:
+        """BytePS sums the gradients, but the library knows no BytePS engine to sum the overflow
+        flag over: where the flag is read from the gradients (INF/NAN mode) every worker decides
+        alike; the NPU's per-device saturation status need not, and nothing would say so."""
+        where = "LossScaleOptimizer" if keras else "loss-scale manager"
+        reducer = (
+            ""
+            if keras
+            else ", or give NPULossScaleOptimizer `is_distributed=True` and `reducer=` an object "
+            "whose all_reduce_sum(tensor) sums over BytePS"
+        )
+        self.file.warn(
+            call,
+            registry.DISTRIBUTED_ENGINE_UNSUPPORTED,
+            "the file trains with BytePS (`DistributedOptimizer`), over which npu_lossscale "
+            "cannot sum the overflow flag (it knows tf.distribute, Horovod and HCCL), so "
+            "is_distributed is left out: each worker decides alone whether to skip a step. Where "
+            "BytePS has summed the gradients before the check, the INF/NAN check decides alike "
+            "on every worker, but the NPU's saturation status is per device: pass "
+            f'`overflow_mode="inf_nan"` to the {where}{reducer}',
+        )
 
 
 def _is_true(value: cst.BaseExpression | None) -> bool:
