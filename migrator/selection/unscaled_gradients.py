@@ -76,9 +76,11 @@ def _unscaled(scope: list[ast.AST], contrib: set[str]) -> tuple[ast.Call, str] |
     assigns = sorted(
         (n for n in scope if isinstance(n, ast.Assign)), key=lambda n: (n.lineno, n.col_offset)
     )
-    wrapped = {t for a in assigns if _is_wrapper(a.value, contrib) for t in _targets(a)}
+    wrappers = [a for a in assigns if _is_wrapper(a.value, contrib)]
+    wrapped = {t for a in wrappers for t in _targets(a)}
     if not wrapped:
         return None
+    branches = _branches(scope)
     applies = [
         node
         for node in scope
@@ -90,11 +92,18 @@ def _unscaled(scope: list[ast.AST], contrib: set[str]) -> tuple[ast.Call, str] |
     ]
     for assign in assigns:
         call = assign.value
-        if not (isinstance(call, ast.Call) and _is_tf_gradients(call)):
+        if not (isinstance(call, ast.Call) and _is_tf_gradients(call)) or _scaled_by_hand(call):
             continue
         for apply in applies:
             if apply.lineno <= assign.lineno:
                 continue
+            optimizer = apply.func.value.id  # type: ignore[attr-defined]
+            if all(
+                _exclusive(branches, wrapper, assign)
+                for wrapper in wrappers
+                if optimizer in _targets(wrapper)
+            ):
+                continue  # wrapped only in the other branch of an `if`: the plain optimizer
             derived = _derived(assign, [a for a in assigns if a.lineno < apply.lineno])
             if any(_names(a) & derived for a in [*apply.args, *apply.keywords]):
                 return call, apply.func.value.id
@@ -115,6 +124,34 @@ def _derived(gradients: ast.Assign, before: list[ast.Assign]) -> set[str]:
         else:
             derived -= set(_targets(later))
     return derived
+
+
+def _scaled_by_hand(call: ast.Call) -> bool:
+    """`tf.gradients(loss * scale, ...)`: the script scales the loss itself."""
+    loss = call.args[0] if call.args else None
+    return isinstance(loss, ast.BinOp) and isinstance(loss.op, ast.Mult)
+
+
+Branches = dict[int, set[tuple[int, bool]]]
+
+
+def _branches(scope: list[ast.AST]) -> Branches:
+    """For each node of the scope (by id), the `if` statements it sits in: (the if's id, whether
+    in its else)."""
+    found: Branches = {}
+    for node in scope:
+        if isinstance(node, ast.If):
+            for in_else, block in ((False, node.body), (True, node.orelse)):
+                for statement in block:
+                    for inner in ast.walk(statement):
+                        found.setdefault(id(inner), set()).add((id(node), in_else))
+    return found
+
+
+def _exclusive(branches: Branches, a: ast.AST, b: ast.AST) -> bool:
+    """Whether `a` and `b` sit in different branches of one `if`, so never run together."""
+    here, there = branches.get(id(a), set()), branches.get(id(b), set())
+    return any((statement, not in_else) in there for statement, in_else in here)
 
 
 def _is_wrapper(value: ast.AST, contrib: set[str]) -> bool:

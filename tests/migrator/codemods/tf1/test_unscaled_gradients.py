@@ -1,7 +1,8 @@
 """A loss-scale optimizer whose apply_gradients is fed tf.gradients of the plain loss never scales
 the loss: the port keeps the file's shape (its optimizer is ported as usual) and warns once, at
-the tf.gradients call; gradients taken from the wrapper's compute_gradients, or tf.gradients
-feeding a plain optimizer, get no warning. All through the real CLI."""
+the tf.gradients call; gradients taken from the wrapper's compute_gradients, tf.gradients
+feeding a plain optimizer (also in the other branch of the `if` that wraps it) or of a loss scaled
+by hand, get no warning. All through the real CLI."""
 
 from __future__ import annotations
 
@@ -50,7 +51,15 @@ def test_tf_gradients_into_the_wrapper_are_warned_at_the_call(ported, name, call
     assert "NPULossScaleOptimizer(" in ported_text and call in ported_text
 
 
-@pytest.mark.parametrize("name", ["compute_gradients.py", "rebound.py"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "compute_gradients.py",
+        "rebound.py",
+        "other_branch.py",  # wrapped under `if`, tf.gradients in its `else`
+        "hand_scaled.py",  # tf.gradients(loss * 1024.0, ...): scaled by hand
+    ],
+)
 def test_gradients_from_compute_gradients_are_not_warned(ported, name) -> None:
     assert _warned(ported, name) == []
     assert "NPULossScaleOptimizer(" in (ported["out"] / name).read_text()
