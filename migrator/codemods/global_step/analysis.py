@@ -152,7 +152,7 @@ class Analyzer(StepReader):
                 stmt = owner.get(id(call))
                 block = blocks.get(id(stmt))
                 info.increments.append(
-                    self.increments.increment(fn, info.step, stmt, block, assigns)
+                    self.increments.increment(call, info.step, stmt, block, assigns)
                 )
             info.op_name = self.increments.op_name(info)
             self.increments.check_private(fn, info)

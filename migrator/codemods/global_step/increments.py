@@ -27,7 +27,7 @@ class Increments:
 
     def increment(
         self,
-        fn: cst.FunctionDef,
+        update: cst.Call,
         step: str,
         stmt: cst.SimpleStatementLine | None,
         block: cst.IndentedBlock | None,
@@ -35,7 +35,10 @@ class Increments:
     ) -> Increment:
         if stmt is None:
             raise StepProblem(
-                "it updates the step inside a one-line compound statement", self.reader.line(fn)
+                "it updates the step outside a statement of its own (in the header of a `with`, "
+                "`if` or loop, such as `with tf.control_dependencies([step.assign(...)]):`, or in "
+                "a one-line compound statement)",
+                self.reader.line(update),
             )
         line = self.reader.line(stmt)
         code = self.reader.code(stmt.with_changes(leading_lines=())).strip()

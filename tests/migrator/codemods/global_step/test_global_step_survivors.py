@@ -147,6 +147,15 @@ LEFT_ALONE = {
         ),
         "`new_global_step` is computed in a shape the tool does not know",
     ),
+    # Habana's BERT: the update sits in the header of a `with`, no statement of its own.
+    "update in a with header": (
+        (
+            "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n",
+            "    with tf.control_dependencies([global_step.assign(new_global_step)]):\n"
+            "        train_op = tf.identity(train_op)\n",
+        ),
+        "outside a statement of its own (in the header of a `with`",
+    ),
     "Keras optimizer": (
         ("optimizer = Opt(0.1)", "optimizer = tf.keras.optimizers.Optimizer(0.1)"),
         "cannot tell where `tf.keras.optimizers.Optimizer` is defined",
@@ -178,6 +187,19 @@ def test_unsafe_shapes_keep_the_hand_made_update(case: str) -> None:
             assert line in ported_lines, line
     assert "npu-migrate: global_step" not in ported
     assert ported.count("global_step.assign") == source.count("global_step.assign")
+
+
+def test_an_update_in_a_with_header_is_warned_at_its_own_line() -> None:
+    header = "    with tf.control_dependencies([global_step.assign(new_global_step)]):\n"
+    source = _variant(
+        (
+            "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n",
+            header + "        train_op = tf.identity(train_op)\n",
+        )
+    )
+    _, findings = _port(source)
+    (manual,) = [f for f in findings if f.rule == "global-step-manual"]
+    assert manual.line == source.splitlines().index(header.rstrip("\n")) + 1
 
 
 def test_a_keras_subclass_gets_no_global_step_keyword() -> None:
