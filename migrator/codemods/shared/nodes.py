@@ -35,6 +35,15 @@ def root(node: cst.BaseExpression) -> cst.Name | None:
     return node if isinstance(node, cst.Name) else None
 
 
+def last_name(node: cst.BaseExpression) -> str | None:
+    """The name a reader calls the value by: `b` of `a.b`, `x` of `x`; None for anything else."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    if isinstance(node, cst.Name):
+        return node.value
+    return None
+
+
 def code(node: cst.CSTNode) -> str:
     """The source text of a node, without the file's context."""
     return cst.Module([]).code_for_node(node)

@@ -20,7 +20,7 @@ from migrator import registry
 from migrator.codemods.shared import api
 from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.context import FileContext
-from migrator.codemods.shared.nodes import code
+from migrator.codemods.shared.nodes import code, last_name
 from migrator.selection.keras_helpers import KerasHelper
 
 
@@ -191,14 +191,8 @@ def _is_training_step(call: cst.Call) -> bool:
 def _names_training(call: cst.Call) -> bool:
     """`model_lib.build_and_fit()`, `train(args)`, `run_training()`: an entry script that trains
     through its project's own functions, whose compile() this file cannot see."""
-    func = call.func
-    if isinstance(func, cst.Attribute):
-        name = func.attr.value
-    elif isinstance(func, cst.Name):
-        name = func.value
-    else:
-        return False
-    return not _TRAINING_WORDS.isdisjoint(name.lower().split("_"))
+    name = last_name(call.func)
+    return name is not None and not _TRAINING_WORDS.isdisjoint(name.lower().split("_"))
 
 
 _TRAINING_WORDS = frozenset({"fit", "train", "training"})

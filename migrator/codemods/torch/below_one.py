@@ -13,7 +13,7 @@ import libcst as cst
 
 from migrator import registry
 from migrator.codemods.shared import arguments as shared_args
-from migrator.codemods.shared.nodes import code
+from migrator.codemods.shared.nodes import code, last_name
 from migrator.codemods.shared.visiting import visit
 from migrator.selection.scaler_helpers import ScalerHelper
 
@@ -104,14 +104,8 @@ def _names_a_minimum(node: cst.BaseExpression) -> bool:
     """`self.min_loss_scale`, `args.min_scale`: a minimum read from the configuration, which
     fairseq-style loops compare the scale with (their default is far below 1); the name says
     what the other side is, however the loop reads it."""
-    if isinstance(node, cst.Attribute):
-        name = node.attr.value
-    elif isinstance(node, cst.Name):
-        name = node.value
-    else:
-        return False
-    words = name.lower()
-    return "min" in words and "scale" in words
+    name = (last_name(node) or "").lower()
+    return "min" in name and "scale" in name
 
 
 def literal_below_one(value: cst.BaseExpression) -> str | None:
