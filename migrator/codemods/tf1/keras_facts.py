@@ -189,13 +189,11 @@ def _is_training_step(call: cst.Call) -> bool:
 
 
 def _names_training(call: cst.Call) -> bool:
-    """`model_lib.build_and_fit()`, `train(args)`, `run_training()`: an entry script that trains
-    through its project's own functions, whose compile() this file cannot see."""
+    """`model_lib.build_and_fit()`, `fit_model()`: an entry script that trains with Keras's fit
+    through its project's own function, whose compile() this file cannot see. A project's own
+    `train()` is most often a custom loop (CalciumGAN's main.py), which Keras never wraps."""
     name = last_name(call.func)
-    return name is not None and not _TRAINING_WORDS.isdisjoint(name.lower().split("_"))
-
-
-_TRAINING_WORDS = frozenset({"fit", "train", "training"})
+    return name is not None and "fit" in name.lower().split("_")
 
 
 def _is_keras_training_call(call: cst.Call) -> bool:

@@ -260,7 +260,8 @@ def test_a_mixed_float16_policy_without_a_loss_scale_optimizer_is_flagged(tmp_pa
         ("policy_runtime.py", 7),
         ("policy_reexported.py", 4),  # keras re-exported by a project's own module
         ("policy_delegated.py", 9),  # an entry script training through its project's module
-        # (policy_evaluate.py: an evaluation script, which never trains, is not warned;
+        # (policy_evaluate.py: an evaluation script, which never trains, is not warned, nor
+        # policy_custom_loop.py, whose project's own train() is a custom loop;
         # policy_evaluate_compiled.py: nor where it compiles the model for its metrics only)
     }
     assert "chosen at run time" in found["policy_runtime.py", 7]
