@@ -78,7 +78,14 @@ def _unscaled(scope: list[ast.AST], contrib: set[str]) -> tuple[ast.Call, str] |
     )
     wrappers = [a for a in assigns if _is_wrapper(a.value, contrib)]
     wrapped = {t for a in wrappers for t in _targets(a)}
-    if not wrapped:
+    gradients = [
+        a
+        for a in assigns
+        if isinstance(a.value, ast.Call)
+        and _is_tf_gradients(a.value)
+        and not _scaled_by_hand(a.value)
+    ]
+    if not wrapped or not gradients:
         return None
     branches = _branches(scope)
     applies = [
@@ -90,10 +97,7 @@ def _unscaled(scope: list[ast.AST], contrib: set[str]) -> tuple[ast.Call, str] |
         and isinstance(node.func.value, ast.Name)
         and node.func.value.id in wrapped
     ]
-    for assign in assigns:
-        call = assign.value
-        if not (isinstance(call, ast.Call) and _is_tf_gradients(call)) or _scaled_by_hand(call):
-            continue
+    for assign in gradients:
         for apply in applies:
             if apply.lineno <= assign.lineno:
                 continue
@@ -106,7 +110,7 @@ def _unscaled(scope: list[ast.AST], contrib: set[str]) -> tuple[ast.Call, str] |
                 continue  # wrapped only in the other branch of an `if`: the plain optimizer
             derived = _derived(assign, [a for a in assigns if a.lineno < apply.lineno])
             if any(_names(a) & derived for a in [*apply.args, *apply.keywords]):
-                return call, apply.func.value.id
+                return assign.value, optimizer
     return None
 
 
