@@ -438,8 +438,24 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
 
     def _begin_update(self) -> None:
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
+
+    @property
+    def _per_optimizer_states(self) -> dict[int, dict[str, Any]]:
+        return self._optimizer_states
+
+    @_per_optimizer_states.setter
+    def _per_optimizer_states(self, states: dict[int, dict[str, Any]]) -> None:
+        """Stock's per-optimizer state is all that stock keeps of an update, so a caller that
+        replaces it starts the update afresh (composer's trainer does, to drop an attempt that
+        ran out of memory). The update's decision is replaced with it: one still reading the
+        dropped states would miss the retry's overflow and apply its step. Stock's __init__
+        sets the states before this class's own state exists; `__init__` then begins the
+        update itself."""
+        self._optimizer_states = states
+        if "_previous" not in self.__dict__:
+            return
         self._decision = UpdateDecision(
-            self._per_optimizer_states,
+            states,
             self._previous,
             self.per_optimizer,
             self._agree,

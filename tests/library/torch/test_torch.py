@@ -9,6 +9,7 @@ makes the saturation boundary (|g_scaled| >= 65504) testable to the last unit.
 
 from __future__ import annotations
 
+import collections
 import inspect
 import math
 import pickle
@@ -21,6 +22,7 @@ import pytest
 import torch
 from rule_driver import run
 from torch import nn
+from torch.amp.grad_scaler import _refresh_per_optimizer_state
 from torch.profiler import ProfilerActivity, profile
 
 from npu_lossscale.rule import DynamicRule
@@ -700,6 +702,35 @@ def test_stocks_private_state_stays_coherent() -> None:
     scaler.step(optimizer)
     scaler.update()
     assert scaler.get_scale() == 1.5 and torch.equal(weight.detach(), torch.zeros(3))
+
+
+def _dropped_attempt_then_retry(scaler: torch.amp.GradScaler, retry: torch.Tensor) -> bool:
+    """composer's trainer on running out of memory mid-update: the attempt's gradients and
+    stock's per-optimizer state are dropped (`_per_optimizer_states` replaced), the batch is
+    retried. Returns whether the retry's step moved the model."""
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), 0.1)
+    scaler.scale(_loss(model, X)).backward()
+    scaler.unscale_(optimizer)  # judged clean: the dropped attempt's flags say "apply"
+    optimizer.zero_grad(set_to_none=True)
+    scaler._per_optimizer_states = collections.defaultdict(_refresh_per_optimizer_state)
+    before = _snapshot(model, optimizer)
+    scaler.scale(_loss(model, retry)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return not _same(_snapshot(model, optimizer), before)
+
+
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+def test_replacing_stocks_per_optimizer_states_starts_the_update_afresh(mode: str) -> None:
+    """A retry that overflows after the state was replaced is skipped and backs off, as with
+    stock; a clean retry is applied (the replaced state's unscale_ is forgotten, as in stock)."""
+    for retry, moved, scale in ((_poisoned(), False, 512.0), (X, True, 1024.0)):
+        ours = GradScaler("cpu", 1024.0, overflow_mode=mode)  # no saturation at this scale
+        stock = torch.amp.GradScaler("cpu", 1024.0)
+        assert _dropped_attempt_then_retry(stock, retry) is moved and stock.get_scale() == scale
+        assert _dropped_attempt_then_retry(ours, retry) is moved and ours.get_scale() == scale
+        assert ours.skipped_steps == (0 if moved else 1)
 
 
 @pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
