@@ -69,9 +69,10 @@ class KerasFacts:
 
     def visit_Call(self, node: cst.Call) -> None:
         func = self.file.canonical(node.func)
-        if func is None and _is_keras_training_call(node):
+        keras_call = _is_keras_training_call(node, imported=func is not None)
+        if func is None and keras_call:
             self.uses_keras = True
-        if _is_keras_training_call(node) or _is_training_step(node) or _names_training(node):
+        if keras_call or _is_training_step(node) or _names_training(node):
             self.trains = True
         if func is not None and api.is_policy_setter(func):
             fp16, loss_scale = self._fp16_policy(node)
@@ -196,13 +197,17 @@ def _names_training(call: cst.Call) -> bool:
     return name is not None and "fit" in name.lower().split("_")
 
 
-def _is_keras_training_call(call: cst.Call) -> bool:
-    """`model.compile(optimizer=...)`, `model.fit(...)`: Keras's training API on a value."""
+def _is_keras_training_call(call: cst.Call, imported: bool) -> bool:
+    """`model.compile(optimizer=...)`, `model.compile("adam", "mse")`, `model.fit(...)`: Keras's
+    training API on a value. `compile` with no optimizer compiles for metrics only; a positional
+    first argument is the optimizer unless the callee is an import's (`re.compile(pattern)`)."""
     func = call.func
     if not isinstance(func, cst.Attribute):
         return False
     if func.attr.value == "compile":
-        return any(
+        first = call.args[0] if call.args else None
+        positional = first is not None and first.keyword is None and not first.star
+        return (positional and not imported) or any(
             arg.keyword is not None and arg.keyword.value == "optimizer" for arg in call.args
         )
     return func.attr.value in ("fit", "fit_generator", "train_on_batch")

@@ -256,6 +256,7 @@ def test_a_mixed_float16_policy_without_a_loss_scale_optimizer_is_flagged(tmp_pa
     }
     assert set(found) == {
         ("policy_fit.py", 7),
+        ("policy_compile_positional.py", 5),  # model.compile(optimizer, loss), positionally
         ("policy_object.py", 5),
         ("policy_runtime.py", 7),
         ("policy_reexported.py", 4),  # keras re-exported by a project's own module
