@@ -9,7 +9,8 @@ to the fp16 maximum (65504), finite. The finding is the only thing done here; th
 Read with the standard library's `ast` (the tree the triage has just parsed), so the triage can
 admit such a file and the pipeline can warn about it without a libcst pass. Precise on purpose:
 a loss multiplied by a scale and gradients divided (or multiplied by the reciprocal) by the same
-scale, both in one function (or both at module level), in a file that imports TensorFlow. A file
+scale, both in one function (or both at module level), or a pair of helpers that do it (StyleGAN's
+`apply_loss_scaling(loss)` and `undo_loss_scaling`), in a file that imports TensorFlow. A file
 that only checks a loss's finiteness for logging does not qualify, and a file that reads the NPU's
 own float status (a vendor hand port) is left alone. The warning sits at the first `is_finite` on
 gradients where the file has one, else at the loss multiplication (the check is in another file,
@@ -31,6 +32,10 @@ from migrator.sources import pytree
 _PRODUCT = re.compile(
     rb"loss\w*\)?\s*\*\s*[\w.(]*scale|scale\w*\)?\s*\*\s*[\w.(]*loss", re.IGNORECASE
 )
+# A scaling helper pair, StyleGAN's tflib (copied into its forks): `loss =
+# self.apply_loss_scaling(loss)`, then `undo_loss_scaling(...)` on what scales the gradients back.
+_APPLY_HELPER = re.compile(rb"\bapply_loss_scal")
+_UNDO_HELPER = re.compile(rb"\bundo_loss_scal")
 _DIVIDES = frozenset({"div", "divide", "truediv", "realdiv", "div_no_nan"})
 _PASS_THROUGH = frozenset({"cast", "convert_to_tensor", "identity", "read_value"})
 
@@ -69,8 +74,12 @@ def might_scale_by_hand(source: bytes) -> bool:
         and b"loss" in source
         and b"tensorflow" in source
         and b"float_status" not in source  # the NPU's own overflow flags: a vendor hand port
-        and _PRODUCT.search(source) is not None
+        and (_PRODUCT.search(source) is not None or _has_helpers(source))
     )
+
+
+def _has_helpers(source: bytes) -> bool:
+    return _APPLY_HELPER.search(source) is not None and _UNDO_HELPER.search(source) is not None
 
 
 def site(source: bytes) -> tuple[int, str, str | None] | None:
@@ -83,7 +92,11 @@ def site(source: bytes) -> tuple[int, str, str | None] | None:
         return None
     if not _imports_tensorflow(tree):
         return None
-    scaled = next((m for scope in pytree.scopes(tree) for m in _scaled_losses(scope)), None)
+    scaled: ast.expr | None = next(
+        (m for scope in pytree.scopes(tree) for m in _scaled_losses(scope)), None
+    )
+    if scaled is None and _has_helpers(source):
+        scaled = _helper_scaling(tree)
     if scaled is None:
         return None
     checks = sorted(_gradient_checks(tree), key=lambda n: (n.lineno, n.col_offset))
@@ -112,6 +125,19 @@ def _scaled_losses(scope: list[ast.AST]) -> Iterator[ast.BinOp]:
                 name = _name(scale)
                 if _is_loss(_name(loss)) and _is_scale(name) and name in unscaled:
                     yield node
+
+
+def _helper_scaling(tree: ast.Module) -> ast.Call | None:
+    """`apply_loss_scaling(loss)` where the file also calls an `undo_loss_scaling` helper."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    if not any(_callee(c).startswith("undo_loss_scal") for c in calls):
+        return None
+    for call in calls:
+        if _callee(call).startswith("apply_loss_scal") and call.args:
+            names = (_name(n) for n in ast.walk(call.args[0]))
+            if any(_is_loss(name) for name in names):
+                return call
+    return None
 
 
 def _unscaled_by(node: ast.AST) -> Iterator[str]:

@@ -32,6 +32,16 @@ def test_hand_scaling_is_warned_once_at_the_overflow_check(ported) -> None:
     assert "NPULossScaleOptimizer" in message and "INF/NAN mode" in message
 
 
+def test_scaling_through_a_pair_of_helpers_is_warned_at_the_check(ported) -> None:
+    """StyleGAN's tflib (and its forks): `apply_loss_scaling(loss)`, `undo_loss_scaling(...)`."""
+    source = (FIXTURE / "scaling_helpers.py").read_text(encoding="utf-8").splitlines()
+    check = next(n for n, text in enumerate(source, 1) if "tf.is_finite(g)" in text)
+    (found,) = _findings(ported, "scaling_helpers.py")
+    assert (found["rule"], found["line"]) == ("tf-hand-loss-scale", check)
+    assert "(`self.apply_loss_scaling(tf.cast(loss, tf.float32))`" in found["message"]
+    assert "finds inf/NaN only" in found["message"]
+
+
 def test_without_a_check_in_the_file_it_is_warned_at_the_loss_multiplication(ported) -> None:
     source = (FIXTURE / "scaled_elsewhere.py").read_text(encoding="utf-8").splitlines()
     product = next(n for n, text in enumerate(source, 1) if "total_loss * self.loss_scale" in text)
