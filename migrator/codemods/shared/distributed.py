@@ -206,11 +206,20 @@ def _guards(node: cst.CSTNode, parent: Parent) -> list[tuple[cst.If, bool]]:
     return guards
 
 
-def _condition(guards: list[tuple[cst.If, bool]]) -> cst.BaseExpression:
-    """The guards as one expression a reader recognises: `a and not (b)`."""
+def _condition(
+    guards: list[tuple[cst.If, bool]], keep: Callable[[cst.BaseExpression], bool] = lambda c: True
+) -> cst.BaseExpression:
+    """The guards as one expression a reader recognises: `a and not (b)`; of a guard's
+    conjunction only the parts `keep` accepts (all of them where it accepts none)."""
     parts = []
     for statement, in_else in reversed(guards):
         test = statement.test.deep_clone()
+        conjuncts = _conjuncts(test)
+        kept = [c for c in conjuncts if keep(c)]
+        if not in_else and kept and len(kept) < len(conjuncts):
+            test = kept[0]
+            for part in kept[1:]:
+                test = cst.BooleanOperation(test, cst.And(), part)
         if in_else:
             text = nodes.code(test)
             simple = isinstance(test, (cst.Name, cst.Attribute, cst.Call))
@@ -222,6 +231,16 @@ def _condition(guards: list[tuple[cst.If, bool]]) -> cst.BaseExpression:
     for part in parts[1:]:
         expr = cst.BooleanOperation(expr, cst.And(), part)
     return expr
+
+
+def _not_about_accumulation(conjunct: cst.BaseExpression) -> bool:
+    """Whether a part of the wrapper's guard is not about gradient accumulation.
+
+    Habana's BERT wraps under `horovod_enabled() and (num_accumulation_steps == 1 or ...)`: with
+    accumulation the script all-reduces the summed gradients itself, yet the workers are just as
+    many, and in saturation mode each one's overflow status is its own device's, so the flag must
+    still be summed over them. Only the part that says whether Horovod runs is the condition."""
+    return "accum" not in nodes.code(conjunct).lower()
 
 
 def _under_strategy_scope(node: cst.CSTNode, parent: Parent) -> bool:
@@ -245,7 +264,7 @@ def _wrapper_decision(call: cst.Call, facts: DistributedFacts, parent: Parent) -
     the script's own condition, not a literal True that breaks its single-device runs."""
     home = _enclosing_function(call, parent)
     around = {id(statement): in_else for statement, in_else in _guards(call, parent)}
-    conditions = []
+    conditions, whole = [], []
     for wrapper in facts.wrappers:
         if _enclosing_function(wrapper, parent) is not home:
             continue
@@ -255,12 +274,20 @@ def _wrapper_decision(call: cst.Call, facts: DistributedFacts, parent: Parent) -
         own = [(s, e) for s, e in guards if id(s) not in around]
         if not own:
             return cst.Name("True"), "this function always wraps the optimizer for Horovod"
-        conditions.append(_condition(own))
+        conditions.append(_condition(own, keep=_not_about_accumulation))
+        whole.append(nodes.code(_condition(own)))
     codes = {nodes.code(c) for c in conditions}
     if len(codes) != 1:
         return None
     condition = conditions[0]
-    return condition, f"Horovod wraps the optimizer only when `{nodes.code(condition)}`"
+    code = nodes.code(condition)
+    if whole[0] != code:
+        return condition, (
+            f"Horovod runs when `{code}` (the optimizer is wrapped for it only when "
+            f"`{whole[0]}`; with gradient accumulation the script all-reduces the gradients "
+            "itself, and the workers' overflow flags must still be summed)"
+        )
+    return condition, f"Horovod wraps the optimizer only when `{code}`"
 
 
 def _init_decision(facts: DistributedFacts, scope: Scope | None, parent: Parent) -> Decision | None:

@@ -10,7 +10,9 @@
   initialised elsewhere (Habana's BERT): the port keeps that guard, never `hvd.size()` (which
   raises on an installed Horovod nobody initialised; trained that way too).
 - hvd_count_param.py: the flag is a parameter with a number for default, handed the worker count
-  (IntelAI's BERT): the port passes `bool(...)`, since the library refuses a count of 2.
+  (IntelAI's BERT): the port passes `bool(...)`, since the library refuses a count of 2; of the
+  wrapper's guard `use_multi_cpu and (accum_steps == 1)` only the Horovod part (with accumulation
+  the script all-reduces by hand, and the workers' overflow flags must still be summed).
 - hvd_lazy.py: `hvd = LazyImport("horovod.tensorflow")`, a helper of the script's own: Horovod
   all the same (the condition under which it wraps the optimizer), and the
   `tensorflow.compat.v1.train.MomentumOptimizer` that wrapper holds (in a file that also uses
