@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -63,12 +64,25 @@ def ported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
     return src, out, json.loads(report.read_text(encoding="utf-8"))
 
 
-def train(
-    python: str, tree: Path, module: str, workers: str, precision: str, pattern: str = "cocc"
-) -> list[dict]:
-    stubs = (str(STUBS),) if workers != "none" or module == "hvd_count" else ()
-    args = ("run_steps.py", f"{module}:{workers}:{precision}", pattern)
-    return run_json(python, tree, *args, extra_path=stubs)["rows"]
+@pytest.fixture(scope="module")
+def train() -> Callable[..., list[dict]]:
+    """`train(python, tree, module, workers, precision, pattern)`: the rows of that run. Every
+    run of RUNS with one interpreter, tree, precision and pattern is made in one process, the
+    first time one of them is asked for (run_steps.py --each: each in a new graph, with the
+    fixture's modules and Horovod imported afresh)."""
+    batches: dict[tuple[str, Path, str, str], dict[str, list[dict]]] = {}
+
+    def rows(
+        python: str, tree: Path, module: str, workers: str, precision: str, pattern: str = "cocc"
+    ) -> list[dict]:
+        key = (python, tree, precision, pattern)
+        if key not in batches:
+            builders = [f"{m}:{w}:{precision}" for m, w in RUNS]
+            args = ("run_steps.py", "--each", pattern, *builders)
+            batches[key] = run_json(python, tree, *args, extra_path=(str(STUBS),))["runs"]
+        return batches[key][f"{module}:{workers}:{precision}"]
+
+    return rows
 
 
 @pytest.mark.parametrize("module", list(EXPECTED))
@@ -81,7 +95,7 @@ def test_is_distributed_is_the_scripts_own_guard(ported, module: str) -> None:
 
 
 @pytest.mark.parametrize(("module", "workers"), RUNS)
-def test_ported_trains_like_the_original_on_tf2(ported, module: str, workers: str) -> None:
+def test_ported_trains_like_the_original_on_tf2(ported, train, module: str, workers: str) -> None:
     src, out, _ = ported
     original = train(sys.executable, src, module, workers, "fp32", "ccc")  # no contrib on TF 2
     rows = train(sys.executable, out, module, workers, "fp16")
@@ -95,7 +109,7 @@ def test_ported_trains_like_the_original_on_tf2(ported, module: str, workers: st
 
 @pytest.mark.skipif(not TF115.exists(), reason="the TF 1.15 stack is not built")
 @pytest.mark.parametrize(("module", "workers"), RUNS)
-def test_ported_trains_like_the_original_contrib_on_tf115(ported, module, workers) -> None:
+def test_ported_trains_like_the_original_contrib_on_tf115(ported, train, module, workers) -> None:
     src, out, _ = ported
     original = train(str(TF115), src, module, workers, "fp16")
     rows = train(str(TF115), out, module, workers, "fp16")
