@@ -32,10 +32,13 @@ demo: $(STAMP)
 
 # The stack venvs are built first: tests of the main suite also run scripts on TF 1.15 (the
 # unported and ported BERT-style LAMB on reference variables) where .venv-tf115 exists.
+# The main suite runs in TEST_WORKERS pytest-xdist workers, each test file's tests in one worker
+# (`--dist loadfile`), so a module's shared process and fixtures are built once.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(MAKE) --no-print-directory stack-venvs
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 	$(MAKE) --no-print-directory test-stacks
 
 # The older stacks Ascend's TensorFlow adapter runs on, each in its own venv built from the
