@@ -26,9 +26,10 @@ def port_loss_scale(
     distributed: str,
     reexports: frozenset[tuple[str, str]] = frozenset(),
     keras_helpers: frozenset[KerasHelper] = frozenset(),
+    loss_scale_modules: frozenset[str] = frozenset(),
 ) -> tuple[cst.Module, list[Finding]]:
     """Rewrite the loss-scale APIs of one file; returns the new tree and what was done or left."""
-    analyzer = LossScaleAnalyzer(path, distributed, reexports, keras_helpers)
+    analyzer = LossScaleAnalyzer(path, distributed, reexports, keras_helpers, loss_scale_modules)
     visit_wrapper(wrapper, analyzer)
     file = analyzer.file
     if not file.edits:

@@ -26,6 +26,7 @@ from migrator.pipeline.output_check import output_error
 from migrator.pipeline.writes import apply, hold_back, report_half_moves, step_groups
 from migrator.selection.horovod_sites import init_sites, name_init_sites
 from migrator.selection.keras_helpers import KerasHelper, legacy_keras_helpers
+from migrator.selection.loss_scale_modules import builds_loss_scale_optimizer
 from migrator.selection.prefilter import might_need_migration
 from migrator.selection.reexports import imported_from
 from migrator.selection.scaler_attrs import other_scaler_attrs
@@ -310,6 +311,7 @@ def run(
     sites: list[tuple[str, int]] = []  # where the run initialises Horovod, for the warnings
     reexports: set[tuple[str, str]] = set()  # what files import from each other, by name
     keras_helpers: set[KerasHelper] = set()  # functions that set TF_USE_LEGACY_KERAS
+    loss_scale_modules: set[str] = set()  # modules that build a LossScaleOptimizer
     scaler_attrs: set[str] = set()  # self.<attr> given a scaler the port does not build
     helpers: set[ScalerHelper] = set()  # functions that build a scaler
     quiet: list[tuple[SourceFile, bytes]] = []  # no trigger: only a helper call may matter
@@ -323,6 +325,9 @@ def run(
         sites += init_sites([(source.display, data)])
         reexports |= imported_from(data)
         keras_helpers |= legacy_keras_helpers(source.display, data)
+        builder = builds_loss_scale_optimizer(source.display, data)
+        if builder is not None:
+            loss_scale_modules.add(builder)
         scaler_attrs |= other_scaler_attrs(data)
         helpers |= scaler_helpers(source.display, data)
         if might_need_migration(data, add_loss_scale=config.add_loss_scale is not None):
@@ -355,6 +360,7 @@ def run(
             target=config.target,
             reexports=frozenset(reexports),
             keras_helpers=frozenset(keras_helpers),
+            loss_scale_modules=frozenset(loss_scale_modules),
             scaler_attrs=frozenset(scaler_attrs),
             scaler_helpers=built_by_helpers,
         )

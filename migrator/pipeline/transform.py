@@ -52,6 +52,9 @@ class MigrateOptions:
     reexports: frozenset[tuple[str, str]] = frozenset()
     # functions of the run's files that set TF_USE_LEGACY_KERAS (migrator.selection.keras_helpers)
     keras_helpers: frozenset[KerasHelper] = frozenset()
+    # names of the run's modules that build a LossScaleOptimizer
+    # (migrator.selection.loss_scale_modules): a file importing one may be wrapped there
+    loss_scale_modules: frozenset[str] = frozenset()
     # self.<attr> names some file of the run assigns a scaler the port does not build
     # (migrator.selection.scaler_attrs): their annotations stay torch's
     scaler_attrs: frozenset[str] = frozenset()
@@ -206,7 +209,12 @@ def _port(
     module, findings = wrapper.module, []
     if might_need_loss_scale_port(source):
         module, findings = port_loss_scale(
-            wrapper, path, options.distributed, options.reexports, options.keras_helpers
+            wrapper,
+            path,
+            options.distributed,
+            options.reexports,
+            options.keras_helpers,
+            options.loss_scale_modules,
         )
     helpers = options.scaler_helpers
     if not might_need_torch_port(source) and not calls_helper(source, helpers):

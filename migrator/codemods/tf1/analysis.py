@@ -56,12 +56,13 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         distributed: str,
         reexports: frozenset[tuple[str, str]] = frozenset(),
         keras_helpers: frozenset[KerasHelper] = frozenset(),
+        loss_scale_modules: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__()
         self.file = FileContext(path)
         self.distribution = Distribution(self.file, distributed)
         self.file_imports = FileImports(self.file, reexports, self.distribution.facts)
-        self.keras_facts = KerasFacts(self.file, keras_helpers)
+        self.keras_facts = KerasFacts(self.file, keras_helpers, loss_scale_modules)
         self.kinds = OptimizerKinds(self.file)
         self.objects = LossScaleObjects(self.file)
         self.keras = KerasPort(
@@ -120,10 +121,12 @@ class LossScaleAnalyzer(cst.CSTVisitor):
 
     def visit_Import(self, node: cst.Import) -> bool:
         self.file_imports.visit_Import(node)
+        self.keras_facts.visit_Import(node)
         return False
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         self.file_imports.visit_ImportFrom(node)
+        self.keras_facts.visit_ImportFrom(node)
         return False
 
     def visit_Name(self, node: cst.Name) -> bool:

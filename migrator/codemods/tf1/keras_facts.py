@@ -27,9 +27,19 @@ from migrator.selection.keras_helpers import KerasHelper
 class KerasFacts:
     """Collects while the file is walked; `finish` warns about implicit loss scaling."""
 
-    def __init__(self, file: FileContext, helpers: frozenset[KerasHelper] = frozenset()) -> None:
+    def __init__(
+        self,
+        file: FileContext,
+        helpers: frozenset[KerasHelper] = frozenset(),
+        loss_scale_modules: frozenset[str] = frozenset(),
+    ) -> None:
         self.file = file
         self._helpers = {(h.module, h.function): h for h in helpers}
+        # the run's modules that build a LossScaleOptimizer, and whether this file imports one
+        # (the optimizer it trains with may be wrapped there: Dreamer's tools.Optimizer)
+        self._loss_scale_modules = loss_scale_modules
+        self.imports_loss_scale_module = False
+        self.keras_trains = False  # model.compile(optimizer)/fit here: what Keras wraps
         # what the file shows of its TensorFlow generation, for inner optimizers whose kind
         # cannot be seen: Keras names or model.compile/fit calls; TF 1-only symbols
         self.uses_keras = False
@@ -70,6 +80,7 @@ class KerasFacts:
     def visit_Call(self, node: cst.Call) -> None:
         func = self.file.canonical(node.func)
         keras_call = _is_keras_training_call(node, imported=func is not None)
+        self.keras_trains = self.keras_trains or keras_call
         if func is None and keras_call:
             self.uses_keras = True
         if keras_call or _is_training_step(node) or _names_training(node):
@@ -78,6 +89,21 @@ class KerasFacts:
             fp16, loss_scale = self._fp16_policy(node)
             if fp16 is not None:
                 self.fp16_policies.append((node, fp16, loss_scale))
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            self._imported(last_name(alias.name))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is not None:  # `from pkg.tools import Optimizer`
+            self._imported(last_name(node.module))
+        if not isinstance(node.names, cst.ImportStar):  # `from pkg import tools`
+            for alias in node.names:
+                self._imported(last_name(alias.name))
+
+    def _imported(self, module: str | None) -> None:
+        if module is not None and module in self._loss_scale_modules:
+            self.imports_loss_scale_module = True
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if args_.string_value(node) == "__main__":
@@ -118,8 +144,14 @@ class KerasFacts:
     def finish(self) -> None:
         """A global mixed_float16 policy makes Keras wrap the optimizer of model.compile() in its
         own LossScaleOptimizer, whose inf/NaN check cannot see an NPU's saturated overflows;
-        nothing in such a file names a loss-scale API to port, so it would pass unremarked."""
-        if self.names_lso or (self.entry_script and not self.trains):
+        nothing in such a file names a loss-scale API to port, so it would pass unremarked. Not
+        where the file trains by hand (no compile or fit of its own) with what it imports from a
+        module of the run that builds a LossScaleOptimizer (Dreamer's tools.Optimizer): that is
+        most likely wrapped there. HanLP's parser also imports such a helper, but its fit()
+        compiles other optimizers too, which Keras wraps: warned."""
+        if self.names_lso or (self.imports_loss_scale_module and not self.keras_trains):
+            return
+        if self.entry_script and not self.trains:
             return
         for call, surely, loss_scale in self.fp16_policies:
             policy = (

@@ -263,7 +263,8 @@ def test_a_mixed_float16_policy_without_a_loss_scale_optimizer_is_flagged(tmp_pa
         ("policy_delegated.py", 9),  # an entry script training through its project's module
         # (policy_evaluate.py: an evaluation script, which never trains, is not warned, nor
         # policy_custom_loop.py, whose project's own train() is a custom loop;
-        # policy_evaluate_compiled.py: nor where it compiles the model for its metrics only)
+        # policy_evaluate_compiled.py: nor where it compiles the model for its metrics only;
+        # policy_tools_wrapped.py: nor where it imports the run's module that wraps it)
     }
     assert "chosen at run time" in found["policy_runtime.py", 7]
     assert "chosen at run time" not in found["policy_fit.py", 7]
