@@ -181,6 +181,7 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
         )
         self._scale: torch.Tensor | None = None
         self._inv_scale: torch.Tensor | None = None
+        self._stored: tuple[torch.Tensor, int] | None = None  # see _take_written_scale
         self._uninvertible = False  # whether 1/scale is inf in float32 (see unscale_)
         self._store_scale()
         # Saturation mode on the chip: the device's float status replaces the element check.
@@ -218,7 +219,10 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
 
     def get_scale(self) -> float:
         """The current scale (1.0 when disabled), from the host: no device sync, unlike stock."""
-        return self._state.scale if self._enabled else 1.0
+        if not self._enabled:
+            return 1.0
+        self._take_written_scale()
+        return self._state.scale
 
     @property
     def skipped_steps(self) -> int:
@@ -240,6 +244,7 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
         this update starts a new part of it (see `step`). In saturation mode on the chip, a
         part's first call also clears the float status, so that the status read at the step
         covers exactly that part's forward and backward passes."""
+        self._take_written_scale()
         if self._decision.new_part():
             self._status_cleared = False
         if self._chip_status and self._enabled and not self._status_cleared:
@@ -265,6 +270,32 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
         if self._scale is not None:
             self._scale.fill_(scale)
             self._inv_scale.fill_(inverse)
+            self._stored = (self._scale, self._scale._version)
+
+    def _take_written_scale(self) -> None:
+        """Take a scale the script wrote into stock's `_scale` as the current one.
+
+        Stock scales, unscales and updates from that tensor, so scripts write it: insightface's
+        MaxClipGradScaler caps the scale with `self._scale.fill_(max_scale)`, others assign a new
+        tensor. Here the scale lives on the host, and a write it never saw would multiply the
+        loss by one scale and divide the gradients by another. A write is seen on the host, by
+        the tensor's version counter (or its identity); only then is the value read back."""
+        scale = self._scale
+        if scale is None or (
+            self._stored is not None
+            and scale is self._stored[0]
+            and scale._version == self._stored[1]
+        ):
+            return
+        value = float(scale.detach().reshape(()).item())
+        if not (math.isfinite(value) and value >= 0.0):
+            raise ValueError(
+                f"a loss scale written into _scale must be finite and >= 0; got {value!r}"
+            )
+        if self._inv_scale is None or self._inv_scale.device != scale.device:
+            self._inv_scale = torch.empty((), dtype=torch.float32, device=scale.device)
+        self._state = dataclasses.replace(self._state, scale=to_float32(value))
+        self._store_scale()
 
     def _require_scale(self, funcname: str) -> torch.Tensor:
         if self._scale is None:
@@ -272,6 +303,7 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
                 f"Attempted {funcname} but _scale is None.  This may indicate your script did "
                 "not use scaler.scale(loss or outputs) earlier in the iteration."
             )
+        self._take_written_scale()
         return self._scale
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
@@ -502,18 +534,21 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
         return self._rule.incr_ratio
 
     def set_growth_factor(self, new_factor: float) -> None:
+        self._take_written_scale()
         self._rebuild(self._state.scale, incr_ratio=new_factor)
 
     def get_backoff_factor(self) -> float:
         return self._rule.decr_ratio
 
     def set_backoff_factor(self, new_factor: float) -> None:
+        self._take_written_scale()
         self._rebuild(self._state.scale, decr_ratio=new_factor)
 
     def get_growth_interval(self) -> int:
         return self._rule.incr_every_n_steps
 
     def set_growth_interval(self, new_interval: int) -> None:
+        self._take_written_scale()
         self._rebuild(self._state.scale, incr_every_n_steps=new_interval)
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -523,6 +558,7 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
         settings and counters, so a checkpoint resumes the rule exactly."""
         if not self._enabled:
             return {}
+        self._take_written_scale()
         return {
             "scale": self._state.scale,
             "growth_factor": self._rule.incr_ratio,
@@ -585,7 +621,12 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
         # Older pickles lack what was added since (_fused, per_optimizer, _uninvertible, which
         # the next scale() sets). A scaler is pickled between updates, so the per-update
         # bookkeeping starts afresh, in this version's shape whatever the pickle's.
-        defaults = {"_fused": overflow.FusedOp(), "per_optimizer": False, "_uninvertible": False}
+        defaults = {
+            "_fused": overflow.FusedOp(),
+            "per_optimizer": False,
+            "_uninvertible": False,
+            "_stored": None,
+        }
         self.__dict__.update({**defaults, **state})
         self._previous = []
         self._begin_update()
@@ -598,5 +639,5 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
             )
         state = self.__dict__.copy()
         # The scale tensor is rebuilt by the next scale(); optimizers are not the scaler's to keep.
-        state.update(_scale=None, _inv_scale=None, _previous=[], _decision=None)
+        state.update(_scale=None, _inv_scale=None, _stored=None, _previous=[], _decision=None)
         return state

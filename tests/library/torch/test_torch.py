@@ -704,6 +704,36 @@ def test_stocks_private_state_stays_coherent() -> None:
     assert scaler.get_scale() == 1.5 and torch.equal(weight.detach(), torch.zeros(3))
 
 
+def _capped_run(scaler: torch.amp.GradScaler, write: str) -> tuple[list[float], list]:
+    """Train through a clean, clean, overflowed, clean, clean pass, capping the scale at 128 the
+    way scripts do it, by writing stock's `_scale` (insightface's MaxClipGradScaler fills it)."""
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), 0.1)
+    scales = []
+    for x in (X, X, _poisoned(), X, X):
+        if scaler.get_scale() > 128.0:
+            if write == "fill_":
+                scaler._scale.fill_(128.0)
+            else:
+                scaler._scale = torch.full((), 128.0)
+        _train_step(scaler, model, optimizer, x, clip=1.0)
+        scales.append(scaler.get_scale())
+    return scales, _snapshot(model, optimizer)
+
+
+@pytest.mark.parametrize("write", ["fill_", "assign"])
+def test_a_scale_written_into_stocks_scale_tensor_is_the_scale(write: str) -> None:
+    """Loss and gradients meet the written scale, and the rule goes on from it, as in stock
+    (before, the loss was multiplied by the written scale and the gradients divided by the
+    one kept on the host)."""
+    stock_scales, stock_state = _capped_run(
+        torch.amp.GradScaler("cpu", 64.0, growth_interval=1), write
+    )
+    ours_scales, ours_state = _capped_run(GradScaler("cpu", 64.0, growth_interval=1), write)
+    assert stock_scales == [128.0, 256.0, 64.0, 128.0, 256.0]
+    assert ours_scales == stock_scales and _same(ours_state, stock_state)
+
+
 def _dropped_attempt_then_retry(scaler: torch.amp.GradScaler, retry: torch.Tensor) -> bool:
     """composer's trainer on running out of memory mid-update: the attempt's gradients and
     stock's per-optimizer state are dropped (`_per_optimizer_states` replaced), the batch is
