@@ -171,6 +171,7 @@ class DynamicRule:
         dynamic: bool = True,
         names: Mapping[str, str] | None = None,
         lowest: float = 1.0,
+        growth_may_stop: bool = False,
     ) -> tuple[float, DynamicRule]:
         """Check every argument (errors name them as ``names`` says) and return (init, rule):
         the one construction every front-end and manager builds its rule with.
@@ -178,7 +179,9 @@ class DynamicRule:
         Scales below ``lowest`` are refused: 1 for the adapter's rule, 0 where a front-end's
         stock class lets the scale fall below 1 (torch's), with min_loss_scale as the floor.
         ``dynamic=False`` (a fixed scale, which the Keras and torch front-ends still keep a rule
-        for) refuses the settings only a moving scale can use."""
+        for) refuses the settings only a moving scale can use. ``growth_may_stop`` also takes an
+        incr_ratio of exactly 1 (no growth), which torch's setters and state dicts carry (scripts
+        freeze the scale at a cap with `set_growth_factor(1)`), unlike its constructor."""
         label = {**_DEFAULT_NAMES, **(names or {})}
         init = check_scale(label["init_loss_scale"], init_loss_scale, lowest)
         low = check_scale(label["min_loss_scale"], min_loss_scale, lowest)
@@ -216,7 +219,11 @@ class DynamicRule:
             decr_every_n_nan_or_inf=check_count(
                 label["decr_every_n_nan_or_inf"], decr_every_n_nan_or_inf
             ),
-            incr_ratio=check_ratio(label["incr_ratio"], incr_ratio, 1.0, None),
+            incr_ratio=(
+                1.0
+                if growth_may_stop and not isinstance(incr_ratio, bool) and incr_ratio == 1
+                else check_ratio(label["incr_ratio"], incr_ratio, 1.0, None)
+            ),
             decr_ratio=check_ratio(label["decr_ratio"], decr_ratio, 0.0, 1.0),
             min_loss_scale=low,
             max_loss_scale=high,

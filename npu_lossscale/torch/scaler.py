@@ -517,11 +517,13 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
         **changes: Any,
     ) -> None:
         """Validate the rule with ``changes`` applied (errors name torch's arguments, or
-        ``names``) and take it with ``scale``, keeping stock's attributes in step with it."""
+        ``names``) and take it with ``scale``, keeping stock's attributes in step with it. A
+        growth factor of 1 is taken here, as stock's setter and state dict take it."""
         init, self._rule = DynamicRule.validated(
             scale,
             names={**SCALER_NAMES, **(names or {}), "init_loss_scale": scale_name},
             lowest=0.0,
+            growth_may_stop=True,
             **{**dataclasses.asdict(self._rule), **changes},
         )
         self._state = dataclasses.replace(self._state, scale=to_float32(init))

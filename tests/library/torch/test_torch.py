@@ -734,6 +734,22 @@ def test_a_scale_written_into_stocks_scale_tensor_is_the_scale(write: str) -> No
     assert ours_scales == stock_scales and _same(ours_state, stock_state)
 
 
+def test_a_growth_factor_of_one_set_later_stops_growth_as_in_stock() -> None:
+    """Stock's constructor wants a growth factor above 1, its setter and state dict take 1
+    (scripts freeze the scale at a cap so); ours did refuse it there."""
+    ours, stock = GradScaler("cpu", 64.0, growth_interval=1), torch.amp.GradScaler("cpu", 64.0)
+    stock.set_growth_interval(1)
+    for scaler in (ours, stock):
+        scaler.set_growth_factor(1)
+        _drive(scaler, [True, True])
+    assert ours.get_scale() == stock.get_scale() == 64.0 and ours.get_growth_factor() == 1.0
+    loaded = GradScaler("cpu")
+    loaded.load_state_dict(stock.state_dict())
+    assert loaded.get_growth_factor() == 1.0
+    with pytest.raises(ValueError, match="growth_factor"):
+        GradScaler("cpu", growth_factor=1.0)  # stock's constructor refuses it too
+
+
 def _dropped_attempt_then_retry(scaler: torch.amp.GradScaler, retry: torch.Tensor) -> bool:
     """composer's trainer on running out of memory mid-update: the attempt's gradients and
     stock's per-optimizer state are dropped (`_per_optimizer_states` replaced), the batch is
