@@ -237,10 +237,11 @@ def is_cheap_to_finish(prepared: PreparedFile, plan: ProjectPlan) -> bool:
 def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> MigrationResult:
     """Combine a prepared file with the project plan into the file's final result."""
     result = _finish(prepared, plan, options)
-    for check in (hand_loss_scale.finding, unscaled_gradients.finding):
-        found = check(result.old_source, result.path)  # the user's own bytes
-        if found is not None:
-            result = dataclasses.replace(result, findings=_sorted([*result.findings, found]))
+    found = hand_loss_scale.findings(result.old_source, result.path)  # the user's own bytes
+    bypass = unscaled_gradients.finding(result.old_source, result.path)
+    found += [bypass] if bypass is not None else []
+    if found:
+        result = dataclasses.replace(result, findings=_sorted([*result.findings, *found]))
     if options.target != "npu-bridge" or not result.changed:
         return result
     done = npu_bridge.retarget(result.path, result.new_source)

@@ -40,12 +40,13 @@ _DIVIDES = frozenset({"div", "divide", "truediv", "realdiv", "div_no_nan"})
 _PASS_THROUGH = frozenset({"cast", "convert_to_tensor", "identity", "read_value"})
 
 
-def finding(source: bytes, path: str) -> Finding | None:
-    """The warning for a file that scales its loss by hand, or None."""
-    found = site(source)
-    if found is None:
-        return None
-    line, scaled, check = found
+def findings(source: bytes, path: str) -> list[Finding]:
+    """The warnings for a file that scales its loss by hand: one per class that does (THUMT
+    keeps a static scaler with no check beside a dynamic one), else one for the file."""
+    return [_finding(path, *found) for found in sites(source)]
+
+
+def _finding(path: str, line: int, scaled: str, check: str | None) -> Finding:
     start = f"the file scales its loss by hand (`{scaled}`, gradients scaled back); left as it is: "
     if check:
         message = (
@@ -82,27 +83,51 @@ def _has_helpers(source: bytes) -> bool:
     return _APPLY_HELPER.search(source) is not None and _UNDO_HELPER.search(source) is not None
 
 
-def site(source: bytes) -> tuple[int, str, str | None] | None:
-    """(line to warn at, the loss multiplication, the gradient check or None), or None."""
+Site = tuple[int, str, "str | None"]  # line to warn at, the loss multiplication, its check
+
+
+def sites(source: bytes) -> list[Site]:
+    """Where the file scales its loss by hand: one site per class that multiplies a loss (with
+    that class's own check where it has one), else one for the file (with the file's first
+    check); empty when it does not."""
     if not might_scale_by_hand(source):
-        return None
+        return []
     try:
         tree = pytree.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+        return []
     if not _imports_tensorflow(tree):
-        return None
-    scaled: ast.expr | None = next(
-        (m for scope in pytree.scopes(tree) for m in _scaled_losses(scope)), None
-    )
-    if scaled is None and _has_helpers(source):
-        scaled = _helper_scaling(tree)
-    if scaled is None:
-        return None
+        return []
+    scaled: list[ast.expr] = [m for scope in pytree.scopes(tree) for m in _scaled_losses(scope)]
+    if not scaled and _has_helpers(source):
+        scaled = [c for c in (_helper_scaling(tree),) if c is not None]
+    if not scaled:
+        return []
     checks = sorted(_gradient_checks(tree), key=lambda n: (n.lineno, n.col_offset))
-    if checks:
-        return checks[0].lineno, ast.unparse(scaled), ast.unparse(checks[0])
-    return scaled.lineno, ast.unparse(scaled), None
+    owner = _owning_classes(tree)
+    first: dict[str | None, ast.expr] = {}
+    for node in sorted(scaled, key=lambda n: (n.lineno, n.col_offset)):
+        first.setdefault(owner.get(id(node)), node)
+    if len(first) == 1:
+        groups = [(next(iter(first.values())), checks)]
+    else:
+        groups = [(n, [c for c in checks if owner.get(id(c)) == k]) for k, n in first.items()]
+    return [
+        (own[0].lineno, ast.unparse(node), ast.unparse(own[0]))
+        if own
+        else (node.lineno, ast.unparse(node), None)
+        for node, own in groups
+    ]
+
+
+def _owning_classes(tree: ast.Module) -> dict[int, str]:
+    """id(node) -> the name of the top-level class it sits in."""
+    return {
+        id(node): statement.name
+        for statement in tree.body
+        if isinstance(statement, ast.ClassDef)
+        for node in ast.walk(statement)
+    }
 
 
 def _imports_tensorflow(tree: ast.Module) -> bool:

@@ -199,7 +199,7 @@ def verdict(source: bytes, *, add_loss_scale: bool = False) -> Verdict:
     if add_loss_scale and might_need_loss_scale_added(source):
         return "full"
     found = _read(source)
-    if found is None or uses_loss_scale(found) or hand_loss_scale.site(source) is not None:
+    if found is None or uses_loss_scale(found) or hand_loss_scale.sites(source):
         return "full"
     return "step" if _uses_step(found) else "clear"
 

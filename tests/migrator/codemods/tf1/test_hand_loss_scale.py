@@ -42,6 +42,18 @@ def test_scaling_through_a_pair_of_helpers_is_warned_at_the_check(ported) -> Non
     assert "finds inf/NaN only" in found["message"]
 
 
+def test_two_scalers_in_one_file_are_warned_each_in_its_own_words(ported) -> None:
+    """The static one checks nothing (no overflow mode helps), the dynamic one checks inf/NaN."""
+    source = (FIXTURE / "two_scalers.py").read_text(encoding="utf-8").splitlines()
+    static = next(n for n, text in enumerate(source, 1) if "loss * self._scale" in text)
+    check = next(n for n, text in enumerate(source, 1) if "tf.is_finite(grad_norm)" in text)
+    found = {f["line"]: f["message"] for f in _findings(ported, "two_scalers.py")}
+    assert sorted(found) == [static, check]
+    assert "checks no gradient for overflow itself" in found[static]
+    assert "INF/NAN mode" not in found[static]
+    assert "`tf.is_finite(grad_norm)`" in found[check] and "INF/NAN mode" in found[check]
+
+
 def test_without_a_check_in_the_file_it_is_warned_at_the_loss_multiplication(ported) -> None:
     source = (FIXTURE / "scaled_elsewhere.py").read_text(encoding="utf-8").splitlines()
     product = next(n for n, text in enumerate(source, 1) if "total_loss * self.loss_scale" in text)
