@@ -6,6 +6,7 @@ before anything is loaded.
 from __future__ import annotations
 
 import numbers
+import warnings
 from typing import Any
 
 import torch
@@ -62,3 +63,21 @@ def count(state_dict: dict[str, Any], key: str, current: int) -> int:
     if isinstance(number, bool) or not integral or number < 0:
         raise ValueError(f"state_dict[{key!r}] must be a non-negative integer; got {value!r}")
     return int(number)
+
+
+def scale_to_resume(scale: object, floor: object) -> object:
+    """The entry "scale" (a one-element tensor read as its number). One below the floor, as
+    stock's scale becomes after many overflows (0 at last), is raised to the floor with a
+    warning, so such a run can resume; anything else is left for the rule's own checks."""
+    if isinstance(scale, torch.Tensor) and scale.numel() == 1:
+        scale = scale.item()
+    numeric = isinstance(scale, numbers.Real) and isinstance(floor, numbers.Real)
+    if numeric and 0 <= scale < floor:
+        warnings.warn(
+            f"npu_lossscale: the loaded scale {scale!r} is below min_loss_scale ({floor!r}), "
+            "as stock torch's scale becomes after many overflows; training resumes from "
+            f"the floor, {floor!r}",
+            stacklevel=3,
+        )
+        return floor
+    return scale

@@ -272,31 +272,6 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
             self._inv_scale.fill_(inverse)
             self._stored = (self._scale, self._scale._version)
 
-    def _take_written_scale(self) -> None:
-        """Take a scale the script wrote into stock's `_scale` as the current one.
-
-        Stock scales, unscales and updates from that tensor, so scripts write it: insightface's
-        MaxClipGradScaler caps the scale with `self._scale.fill_(max_scale)`, others assign a new
-        tensor. Here the scale lives on the host, and a write it never saw would multiply the
-        loss by one scale and divide the gradients by another. A write is seen on the host, by
-        the tensor's version counter (or its identity); only then is the value read back."""
-        scale = self._scale
-        if scale is None or (
-            self._stored is not None
-            and scale is self._stored[0]
-            and scale._version == self._stored[1]
-        ):
-            return
-        value = float(scale.detach().reshape(()).item())
-        if not (math.isfinite(value) and value >= 0.0):
-            raise ValueError(
-                f"a loss scale written into _scale must be finite and >= 0; got {value!r}"
-            )
-        if self._inv_scale is None or self._inv_scale.device != scale.device:
-            self._inv_scale = torch.empty((), dtype=torch.float32, device=scale.device)
-        self._state = dataclasses.replace(self._state, scale=to_float32(value))
-        self._store_scale()
-
     def _require_scale(self, funcname: str) -> torch.Tensor:
         if self._scale is None:
             raise AssertionError(
@@ -471,23 +446,10 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
     def _begin_update(self) -> None:
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
 
-    @property
-    def _per_optimizer_states(self) -> dict[int, dict[str, Any]]:
-        return self._optimizer_states
-
-    @_per_optimizer_states.setter
-    def _per_optimizer_states(self, states: dict[int, dict[str, Any]]) -> None:
-        """Stock's per-optimizer state is all that stock keeps of an update, so a caller that
-        replaces it starts the update afresh (composer's trainer does, to drop an attempt that
-        ran out of memory). The update's decision is replaced with it: one still reading the
-        dropped states would miss the retry's overflow and apply its step. Stock's __init__
-        sets the states before this class's own state exists; `__init__` then begins the
-        update itself."""
-        self._optimizer_states = states
-        if "_previous" not in self.__dict__:
-            return
+    def _new_decision(self) -> None:
+        """The decision of an update over the current per-optimizer states (stock.py)."""
         self._decision = UpdateDecision(
-            states,
+            self._per_optimizer_states,
             self._previous,
             self.per_optimizer,
             self._agree,
@@ -601,19 +563,8 @@ class GradScaler(stock.StockPrivateState, torch.amp.GradScaler):
         changes = {
             name: state_dict[key] for key, name in checkpoint.SETTINGS.items() if key in state_dict
         }
-        scale = state_dict["scale"]
-        if isinstance(scale, torch.Tensor) and scale.numel() == 1:
-            scale = scale.item()
         floor = changes.get("min_loss_scale", self._rule.min_loss_scale)
-        numeric = isinstance(scale, numbers.Real) and isinstance(floor, numbers.Real)
-        if numeric and 0 <= scale < floor:
-            warnings.warn(
-                f"npu_lossscale: the loaded scale {scale!r} is below min_loss_scale ({floor!r}), "
-                "as stock torch's scale becomes after many overflows; training resumes from "
-                f"the floor, {floor!r}",
-                stacklevel=2,
-            )
-            scale = floor
+        scale = checkpoint.scale_to_resume(state_dict["scale"], floor)
         names = {name: f"state_dict[{key!r}]" for key, name in checkpoint.SETTINGS.items()}
         self._rebuild(scale, "state_dict['scale']", names, **changes)
         self.dynamic = dynamic

@@ -1,17 +1,19 @@
 """What stock torch.amp.GradScaler's callers rely on beyond its public methods, for `GradScaler`.
 
 Libraries call stock's private methods (FSDP's sharded scaler, accelerate's checks, torch's own
-tests), which read stock's private attributes, and torch's fused optimizers and third-party ones
-take part in stock's protocol for optimizers that unscale in their own step
-(`_step_supports_amp_scaling`). `GradScaler` keeps its state on the host as a RuleState; here
-are stock's names as views of it (a mixin placed before stock's class, so that stock's own
-__init__ sets them through it) and the protocol's step.
+tests), which read stock's private attributes, scripts write them (a capped `_scale`, a replaced
+`_per_optimizer_states`), and torch's fused optimizers and third-party ones take part in stock's
+protocol for optimizers that unscale in their own step (`_step_supports_amp_scaling`).
+`GradScaler` keeps its state on the host as a RuleState; here are stock's names as views of it (a
+mixin placed before stock's class, so that stock's own __init__ sets them through it) and the
+protocol's step.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import warnings
 from typing import Any
 
@@ -23,7 +25,8 @@ from npu_lossscale.rule import to_float32
 
 class StockPrivateState:
     """Stock's _init_scale, _init_growth_tracker and _growth_tracker, coherent with the host's
-    RuleState (``self._state``) in both directions."""
+    RuleState (``self._state``) in both directions; writes to _scale and
+    _per_optimizer_states taken as stock takes them."""
 
     @property
     def _init_scale(self) -> float:
@@ -53,6 +56,47 @@ class StockPrivateState:
     def _growth_tracker(self, value: torch.Tensor | None) -> None:
         if value is not None:
             self._init_growth_tracker = int(value.item())
+
+    @property
+    def _per_optimizer_states(self) -> dict[int, dict[str, Any]]:
+        return self._optimizer_states
+
+    @_per_optimizer_states.setter
+    def _per_optimizer_states(self, states: dict[int, dict[str, Any]]) -> None:
+        """Stock's per-optimizer state is all that stock keeps of an update, so a caller that
+        replaces it starts the update afresh (composer's trainer does, to drop an attempt that
+        ran out of memory). The update's decision is replaced with it: one still reading the
+        dropped states would miss the retry's overflow and apply its step. Stock's __init__
+        sets the states before the scaler's own state exists; its `__init__` then begins the
+        update itself."""
+        self._optimizer_states = states
+        if "_previous" in self.__dict__:
+            self._new_decision()
+
+    def _take_written_scale(self) -> None:
+        """Take a scale the script wrote into stock's `_scale` as the current one.
+
+        Stock scales, unscales and updates from that tensor, so scripts write it: insightface's
+        MaxClipGradScaler caps the scale with `self._scale.fill_(max_scale)`, others assign a new
+        tensor. Here the scale lives on the host, and a write it never saw would multiply the
+        loss by one scale and divide the gradients by another. A write is seen on the host, by
+        the tensor's version counter (or its identity); only then is the value read back."""
+        scale = self._scale
+        if scale is None or (
+            self._stored is not None
+            and scale is self._stored[0]
+            and scale._version == self._stored[1]
+        ):
+            return
+        value = float(scale.detach().reshape(()).item())
+        if not (math.isfinite(value) and value >= 0.0):
+            raise ValueError(
+                f"a loss scale written into _scale must be finite and >= 0; got {value!r}"
+            )
+        if self._inv_scale is None or self._inv_scale.device != scale.device:
+            self._inv_scale = torch.empty((), dtype=torch.float32, device=scale.device)
+        self._state = dataclasses.replace(self._state, scale=to_float32(value))
+        self._store_scale()
 
 
 def step_unscaling_itself(
