@@ -253,6 +253,7 @@ TORCH_DEVICE = "torch-device"
 TORCH_IMPORT = "torch-import"
 TORCH_SCALE_BELOW_ONE = "torch-scale-below-one"
 TORCH_FOREIGN_LOSS_SCALE = "torch-foreign-loss-scale"
+TORCH_HAND_LOSS_SCALE = "torch-hand-loss-scale"  # migrator.selection.torch_hand_loss_scale
 
 # ----------------------------------------------------------------- cross-cutting rewrites
 GLOBAL_STEP_MOVE = "global-step-move"

@@ -13,6 +13,7 @@ from migrator.sources.files import SourceFile
 Mode = Literal["diff", "write", "output-dir"]
 Status = Literal["unchanged", "changed", "failed"]
 
+
 @dataclass
 class FileOutcome:
     """What happened to one discovered file; `old`/`new` are kept only for migrated files."""

@@ -29,7 +29,7 @@ from migrator.codemods.shared.visiting import Wrapper
 from migrator.codemods.targets import npu_bridge
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline import cst_parse, slicing
-from migrator.selection import hand_loss_scale, unscaled_gradients
+from migrator.selection import hand_loss_scale, torch_hand_loss_scale, unscaled_gradients
 from migrator.selection.keras_helpers import KerasHelper
 from migrator.selection.prefilter import might_need_loss_scale_port, might_need_torch_port
 from migrator.selection.prefilter import (
@@ -238,8 +238,9 @@ def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -
     """Combine a prepared file with the project plan into the file's final result."""
     result = _finish(prepared, plan, options)
     found = hand_loss_scale.findings(result.old_source, result.path)  # the user's own bytes
-    bypass = unscaled_gradients.finding(result.old_source, result.path)
-    found += [bypass] if bypass is not None else []
+    for check in (torch_hand_loss_scale.finding, unscaled_gradients.finding):
+        other = check(result.old_source, result.path)
+        found += [other] if other is not None else []
     if found:
         result = dataclasses.replace(result, findings=_sorted([*result.findings, *found]))
     if options.target != "npu-bridge" or not result.changed:

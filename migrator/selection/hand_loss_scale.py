@@ -29,7 +29,7 @@ from migrator.sources import pytree
 
 # `loss * scale` or `scale * loss` on one line, a name or a call around either (the tree decides;
 # this only spares the walk on the many training files that spell all three words).
-_PRODUCT = re.compile(
+PRODUCT = re.compile(
     rb"loss\w*\)?\s*\*\s*[\w.(]*scale|scale\w*\)?\s*\*\s*[\w.(]*loss", re.IGNORECASE
 )
 # A scaling helper pair, StyleGAN's tflib (copied into its forks): `loss =
@@ -75,7 +75,7 @@ def might_scale_by_hand(source: bytes) -> bool:
         and b"loss" in source
         and b"tensorflow" in source
         and b"float_status" not in source  # the NPU's own overflow flags: a vendor hand port
-        and (_PRODUCT.search(source) is not None or _has_helpers(source))
+        and (PRODUCT.search(source) is not None or _has_helpers(source))
     )
 
 
@@ -147,20 +147,20 @@ def _scaled_losses(scope: list[ast.AST]) -> Iterator[ast.BinOp]:
     for node in scope:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
             for loss, scale in ((node.left, node.right), (node.right, node.left)):
-                name = _name(scale)
-                if _is_loss(_name(loss)) and _is_scale(name) and name in unscaled:
+                name = name_of(scale)
+                if is_loss(name_of(loss)) and is_scale(name) and name in unscaled:
                     yield node
 
 
 def _helper_scaling(tree: ast.Module) -> ast.Call | None:
     """`apply_loss_scaling(loss)` where the file also calls an `undo_loss_scaling` helper."""
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-    if not any(_callee(c).startswith("undo_loss_scal") for c in calls):
+    if not any(callee(c).startswith("undo_loss_scal") for c in calls):
         return None
     for call in calls:
-        if _callee(call).startswith("apply_loss_scal") and call.args:
-            names = (_name(n) for n in ast.walk(call.args[0]))
-            if any(_is_loss(name) for name in names):
+        if callee(call).startswith("apply_loss_scal") and call.args:
+            names = (name_of(n) for n in ast.walk(call.args[0]))
+            if any(is_loss(name) for name in names):
                 return call
     return None
 
@@ -170,82 +170,82 @@ def _unscaled_by(node: ast.AST) -> Iterator[str]:
     `tf.div(g, s)`; a gradient is a name spelling `grad`, or any value of a comprehension over
     one (`[g / s for g in grads]`)."""
     if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
-        if any(_mentions_grad(g.iter) for g in node.generators):
+        if any(mentions_grad(g.iter) for g in node.generators):
             for inner in ast.walk(node.elt):
-                yield from _divisions(inner, any_value=True)
+                yield from divisions(inner, any_value=True)
         return
-    yield from _divisions(node, any_value=False)
+    yield from divisions(node, any_value=False)
 
 
-def _divisions(node: ast.AST, *, any_value: bool) -> Iterator[str]:
+def divisions(node: ast.AST, *, any_value: bool) -> Iterator[str]:
     def grad(value: ast.AST) -> bool:
-        return any_value or _mentions_grad(value)
+        return any_value or mentions_grad(value)
 
     if isinstance(node, ast.BinOp):
         if isinstance(node.op, ast.Div) and grad(node.left):
-            yield _name(node.right)
+            yield name_of(node.right)
         elif isinstance(node.op, ast.Mult):
             for value, other in ((node.left, node.right), (node.right, node.left)):
                 if grad(value):
-                    yield from _reciprocals(other)
-    elif isinstance(node, ast.Call) and _callee(node) in _DIVIDES and len(node.args) == 2:
+                    yield from reciprocals(other)
+    elif isinstance(node, ast.Call) and callee(node) in _DIVIDES and len(node.args) == 2:
         if grad(node.args[0]):
-            yield _name(node.args[1])
+            yield name_of(node.args[1])
 
 
-def _reciprocals(node: ast.AST) -> Iterator[str]:
+def reciprocals(node: ast.AST) -> Iterator[str]:
     """The scale names `1. / s` (or `tf.math.reciprocal(s)`) divides by, anywhere inside."""
     for inner in ast.walk(node):
         if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Div):
-            yield _name(inner.right)
-        elif isinstance(inner, ast.Call) and _callee(inner) == "reciprocal" and inner.args:
-            yield _name(inner.args[0])
+            yield name_of(inner.right)
+        elif isinstance(inner, ast.Call) and callee(inner) == "reciprocal" and inner.args:
+            yield name_of(inner.args[0])
 
 
 def _gradient_checks(tree: ast.Module) -> Iterator[ast.Call]:
     """`is_finite(...)` over gradients: its argument spells `grad`, or it is the value of a
     comprehension over them (`[tf.reduce_all(tf.is_finite(g)) for g in grads]`)."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _callee(node) == "is_finite":
-            if any(_mentions_grad(a) for a in node.args):
+        if isinstance(node, ast.Call) and callee(node) == "is_finite":
+            if any(mentions_grad(a) for a in node.args):
                 yield node
         elif isinstance(node, (ast.ListComp, ast.GeneratorExp)):
-            if any(_mentions_grad(g.iter) for g in node.generators):
+            if any(mentions_grad(g.iter) for g in node.generators):
                 for inner in ast.walk(node.elt):
-                    if isinstance(inner, ast.Call) and _callee(inner) == "is_finite":
+                    if isinstance(inner, ast.Call) and callee(inner) == "is_finite":
                         yield inner
 
 
-def _callee(call: ast.Call) -> str:
+def callee(call: ast.Call) -> str:
     func = call.func
     if isinstance(func, ast.Attribute):
         return func.attr
     return func.id if isinstance(func, ast.Name) else ""
 
 
-def _name(node: ast.AST) -> str:
+def name_of(node: ast.AST) -> str:
     """The last name an operand spells: `self.loss_scale` -> loss_scale; a cast or a call
     (`tf.cast(s, ...)`, `get_loss_scale()`) by what it reads or calls."""
     while isinstance(node, ast.Call):
-        if _callee(node) in _PASS_THROUGH and node.args:
+        if callee(node) in _PASS_THROUGH and node.args:
             node = node.args[0]
         else:
-            return _callee(node)
+            return callee(node)
     if isinstance(node, ast.Attribute):
         return node.attr
     return node.id if isinstance(node, ast.Name) else ""
 
 
-def _is_scale(name: str) -> bool:
+def is_scale(name: str) -> bool:
     lower = name.lower()
     return "scale" in lower and "scaled" not in lower and not lower.endswith("loss")
 
 
-def _is_loss(name: str) -> bool:
-    return "loss" in name.lower() and not _is_scale(name)
+def is_loss(name: str) -> bool:
+    return "loss" in name.lower() and not is_scale(name)
 
 
-def _mentions_grad(node: ast.AST) -> bool:
+def mentions_grad(node: ast.AST) -> bool:
     for inner in ast.walk(node):
         name = inner.id if isinstance(inner, ast.Name) else getattr(inner, "attr", None)
         if isinstance(name, str) and "grad" in name.lower():

@@ -240,8 +240,8 @@ class _Rewriter(cst.CSTTransformer):
         self.managers = managers
         self.keras = keras
         self.keras_class = cst.parse_expression(KERAS_CLASS.replace("npu.", f"{alias}.", 1))
-        self.keras_import = f"import npu_device as {alias}\n" if alias != "npu_device" else (
-            "import npu_device\n"
+        self.keras_import = (
+            f"import npu_device as {alias}\n" if alias != "npu_device" else ("import npu_device\n")
         )
         self.import_done = False
         self.dropped: list[tuple[cst.Call, str, str]] = []  # original call, class, argument
@@ -281,12 +281,14 @@ class _Rewriter(cst.CSTTransformer):
                 func=cst.Attribute(value=updated_node.func, attr=cst.Name("get_loss_scale"))
             )
         if isinstance(func, cst.Name) and func.value in self.keras:
-            return self._keep_accepted(original_node, updated_node, "NpuLossScaleOptimizer",
-                                       KERAS_PARAMETERS).with_changes(func=self.keras_class)
+            return self._keep_accepted(
+                original_node, updated_node, "NpuLossScaleOptimizer", KERAS_PARAMETERS
+            ).with_changes(func=self.keras_class)
         if not isinstance(func, cst.Name) or func.value not in ADAPTER_PARAMETERS:
             return updated_node
-        return self._keep_accepted(original_node, updated_node, func.value,
-                                   ADAPTER_PARAMETERS[func.value])
+        return self._keep_accepted(
+            original_node, updated_node, func.value, ADAPTER_PARAMETERS[func.value]
+        )
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self.attributes.add(id(node.attr))  # `x.LossScaleOptimizer` is not our class

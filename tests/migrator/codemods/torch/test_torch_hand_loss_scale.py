@@ -1,0 +1,59 @@
+"""PyTorch code that scales its loss by hand (THUMT's LossScalingOptimizer) is left as it is with
+one warning: at its inf/NaN-only check where it has one, else at the multiplication with the
+harder words (no overflow mode helps); a loss weighted for logging gets none. Through the real
+CLI; every file stays byte-identical."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_runner import MIGRATOR_FIXTURES, port_fixture_tree
+
+FIXTURE = MIGRATOR_FIXTURES / "torch_hand_loss_scale"
+
+
+@pytest.fixture(scope="module")
+def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return port_fixture_tree(tmp_path_factory.mktemp("torch_hand_loss_scale"), FIXTURE)
+
+
+def _line(name: str, text: str) -> int:
+    source = (FIXTURE / name).read_text(encoding="utf-8").splitlines()
+    return next(n for n, line in enumerate(source, 1) if text in line)
+
+
+def _findings(ported: dict, name: str) -> list[dict]:
+    return [f for f in ported["findings"] if Path(f["path"]).name == name]
+
+
+def test_a_scaler_class_is_warned_at_its_check(ported) -> None:
+    (found,) = _findings(ported, "scaling_optimizer.py")
+    check = _line("scaling_optimizer.py", "torch.isfinite(grad.norm())")
+    assert (found["rule"], found["kind"], found["line"]) == (
+        "torch-hand-loss-scale",
+        "warning",
+        check,
+    )
+    assert "(`loss * self._scale`" in found["message"]
+    assert "finds inf/NaN only" in found["message"] and "INF/NAN mode" in found["message"]
+    assert "npu_lossscale.torch.GradScaler" in found["message"]
+
+
+def test_without_a_check_it_is_warned_at_the_multiplication(ported) -> None:
+    (found,) = _findings(ported, "static_scaler.py")
+    assert (found["rule"], found["line"]) == (
+        "torch-hand-loss-scale",
+        _line("static_scaler.py", "(loss * loss_scale).backward()"),
+    )
+    assert "either overflow mode" in found["message"] and "INF/NAN mode" not in found["message"]
+
+
+def test_a_loss_weighted_for_logging_is_not_warned(ported) -> None:
+    assert _findings(ported, "loss_logging.py") == []
+
+
+@pytest.mark.parametrize("name", [p.name for p in sorted(FIXTURE.glob("*.py"))])
+def test_every_file_is_left_byte_identical(ported, name: str) -> None:
+    assert (ported["out"] / name).read_bytes() == (FIXTURE / name).read_bytes()
+    assert ported["again"].returncode == 0
