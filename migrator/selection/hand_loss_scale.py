@@ -143,8 +143,12 @@ def _imports_tensorflow(tree: ast.Module) -> bool:
 
 def _scaled_losses(scope: list[ast.AST]) -> Iterator[ast.BinOp]:
     """`loss * scale` whose scale the same scope also divides gradients by."""
-    unscaled = {name for node in scope for name in _unscaled_by(node)}
-    for node in scope:
+    return scaled_losses(scope, {name for node in scope for name in _unscaled_by(node)})
+
+
+def scaled_losses(nodes: list[ast.AST], unscaled: set[str]) -> Iterator[ast.BinOp]:
+    """`loss * scale` among `nodes` whose scale is one of the `unscaled` names."""
+    for node in nodes:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
             for loss, scale in ((node.left, node.right), (node.right, node.left)):
                 name = name_of(scale)

@@ -21,11 +21,10 @@ from migrator.selection.hand_loss_scale import (
     PRODUCT,
     callee,
     divisions,
-    is_loss,
-    is_scale,
     mentions_grad,
     name_of,
     reciprocals,
+    scaled_losses,
 )
 from migrator.sources import pytree
 
@@ -83,7 +82,7 @@ def site(source: bytes) -> tuple[int, str, str | None] | None:
         if not any(isinstance(n, ast.Call) and callee(n) == "backward" for n in group):
             continue
         unscaled = {name for node in group for name in _unscaled_by(node)}
-        scaled = next(_scaled_losses(group, unscaled), None)
+        scaled = next(scaled_losses(group, unscaled), None)
         if scaled is None:
             continue
         checks = [n for n in group if isinstance(n, ast.Call) and callee(n) in _CHECKS]
@@ -116,15 +115,6 @@ def _groups(tree: ast.Module) -> Iterator[list[ast.AST]]:
         else:
             rest += list(ast.walk(statement))
     yield rest
-
-
-def _scaled_losses(group: list[ast.AST], unscaled: set[str]) -> Iterator[ast.BinOp]:
-    for node in group:
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-            for loss, scale in ((node.left, node.right), (node.right, node.left)):
-                name = name_of(scale)
-                if is_loss(name_of(loss)) and is_scale(name) and name in unscaled:
-                    yield node
 
 
 def _unscaled_by(node: ast.AST) -> Iterator[str]:
