@@ -96,7 +96,7 @@ def sites(source: bytes) -> list[Site]:
         tree = pytree.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    if not _imports_tensorflow(tree):
+    if not imports_package(tree, "tensorflow"):
         return []
     scaled: list[ast.expr] = [m for scope in pytree.scopes(tree) for m in _scaled_losses(scope)]
     if not scaled and _has_helpers(source):
@@ -130,13 +130,14 @@ def _owning_classes(tree: ast.Module) -> dict[int, str]:
     }
 
 
-def _imports_tensorflow(tree: ast.Module) -> bool:
+def imports_package(tree: ast.Module, package: str) -> bool:
+    """Whether the module imports `package` or one of its modules, anywhere in it."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            if any(a.name.split(".")[0] == "tensorflow" for a in node.names):
+            if any(a.name.split(".")[0] == package for a in node.names):
                 return True
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            if node.module.split(".")[0] == "tensorflow":
+            if node.module.split(".")[0] == package:
                 return True
     return False
 

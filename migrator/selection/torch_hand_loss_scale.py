@@ -21,6 +21,7 @@ from migrator.selection.hand_loss_scale import (
     PRODUCT,
     callee,
     divisions,
+    imports_package,
     mentions_grad,
     name_of,
     reciprocals,
@@ -76,7 +77,7 @@ def site(source: bytes) -> tuple[int, str, str | None] | None:
         tree = pytree.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    if not _imports_torch(tree):
+    if not imports_package(tree, "torch"):
         return None
     for group in _groups(tree):
         if not any(isinstance(n, ast.Call) and callee(n) == "backward" for n in group):
@@ -91,18 +92,6 @@ def site(source: bytes) -> tuple[int, str, str | None] | None:
             return checks[0].lineno, ast.unparse(scaled), ast.unparse(checks[0])
         return scaled.lineno, ast.unparse(scaled), None
     return None
-
-
-def _imports_torch(tree: ast.Module) -> bool:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(
-            a.name.split(".")[0] == "torch" for a in node.names
-        ):
-            return True
-        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            if node.module.split(".")[0] == "torch":
-                return True
-    return False
 
 
 def _groups(tree: ast.Module) -> Iterator[list[ast.AST]]:
