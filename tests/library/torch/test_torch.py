@@ -734,6 +734,22 @@ def test_a_scale_written_into_stocks_scale_tensor_is_the_scale(write: str) -> No
     assert ours_scales == stock_scales and _same(ours_state, stock_state)
 
 
+@pytest.mark.parametrize("written", [math.nan, math.inf, -1.0])
+def test_a_scale_written_into_scale_that_no_rule_can_take_is_refused(written: float) -> None:
+    """The next call that reads the scale says what was written; the host's scale, the weights
+    and the counters stay as they were."""
+    scaler = GradScaler("cpu", 64.0)
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), 0.1)
+    _train_step(scaler, model, optimizer, X)
+    before = _snapshot(model, optimizer)
+    scaler._scale.fill_(written)
+    with pytest.raises(ValueError, match=r"written into _scale must be finite and >= 0"):
+        scaler.scale(_loss(model, X))
+    assert _same(_snapshot(model, optimizer), before)
+    assert (scaler._state.scale, scaler.skipped_steps) == (64.0, 0)
+
+
 def test_a_growth_factor_of_one_set_later_stops_growth_as_in_stock() -> None:
     """Stock's constructor wants a growth factor above 1, its setter and state dict take 1
     (scripts freeze the scale at a cap so); ours did refuse it there."""
