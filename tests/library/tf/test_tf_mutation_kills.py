@@ -26,6 +26,7 @@ from npu_lossscale import (
     LossScaleManager,
     NPULossScaleOptimizer,
 )
+from npu_lossscale.tf import kernels
 from npu_lossscale.tf.distributed import HcclReducer, NoDistributedEngineError, detect_engine
 
 
@@ -416,9 +417,13 @@ def allreduce(tensor, reduction, fusion=1, fusion_id=-1, group="hccl_world_group
 def adapter(tmp_path, monkeypatch):
     """Writes a stand-in Ascend adapter on sys.path: ``install(hccl_ops, rank_size)`` with the
     text of npu_bridge/hccl/hccl_ops.py (None: no hccl subpackage) and what
-    hccl.manage.api.get_rank_size() returns (None: no such module)."""
+    hccl.manage.api.get_rank_size() returns (None: no such module). The fused ops' verdict,
+    taken once per process, is taken afresh meanwhile and the process's own put back after: a
+    first use with the adapter present would leave "an Ascend adapter is installed" to every
+    later test of the process (which then found no fused ops)."""
     for name in _ADAPTER_MODULES:
         monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(kernels, "_state", {})
     monkeypatch.syspath_prepend(str(tmp_path))
 
     def install(hccl_ops: str | None, rank_size: int | None) -> None:
