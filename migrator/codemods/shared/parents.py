@@ -5,7 +5,9 @@ libcst's ParentNodeProvider asks each node it leaves for its `children`, and lib
 visitor walk alone costs about as much as the scope analysis, because every node passes through
 the visitor's dispatch. The children of a node are simply the nodes held in its dataclass fields
 (directly or in a sequence), so reading those fields gives the same child -> parent pairs about
-seven times faster.
+seven times faster. Resolved beside other batchable providers by the migrator's own wrapper
+(migrator.codemods.shared.visiting.Wrapper), the links are recorded by the walk those need
+anyway, and cost no walk of their own.
 """
 
 from __future__ import annotations
@@ -13,21 +15,25 @@ from __future__ import annotations
 import dataclasses
 
 import libcst as cst
-from libcst.metadata import BaseMetadataProvider
+from libcst.metadata import BatchableMetadataProvider
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-class ParentProvider(BaseMetadataProvider[cst.CSTNode]):
+class ParentProvider(BatchableMetadataProvider[cst.CSTNode]):
     """Drop-in for ParentNodeProvider: the same mapping, the module itself has no parent.
 
-    Not a batchable provider on purpose: those are resolved by a visitor walk over the whole
-    module, which is the cost this provider exists to avoid.
+    Batchable so that it is resolved in the same round as the expression contexts, whose walk
+    `Wrapper` makes record the links (`record`); under any other wrapper, or alone, the module's
+    visit reads them with `_links`.
     """
 
-    def _gen_impl(self, module: cst.Module) -> None:
-        for child, parent in _links(module):
-            self.set_metadata(child, parent)
+    def visit_Module(self, node: cst.Module) -> None:
+        self.record(dict(_links(node)))
+
+    def record(self, links: dict[cst.CSTNode, cst.CSTNode]) -> None:
+        """Take every child -> parent link at once (set_metadata per node cost a tenth of it)."""
+        self._computed.update(links)
 
 
 def _links(module: cst.Module) -> list[tuple[cst.CSTNode, cst.CSTNode]]:

@@ -36,12 +36,12 @@ from contextlib import ExitStack, contextmanager
 
 import libcst as cst
 from libcst import BatchableCSTVisitor
-from libcst._batched_visitor import _BatchedCSTVisitor, _get_visitor_methods
+from libcst._batched_visitor import _BatchedCSTVisitor
 from libcst.metadata import MetadataWrapper
 from libcst.metadata.base_provider import ProviderT
 from libcst.metadata.scope_provider import _ASSIGNMENT_LIKE_NODES, ScopeVisitor
 
-from .parents import NODE, SEQUENCE, field_kind
+from .parents import NODE, SEQUENCE, ParentProvider, field_kind
 
 # libcst's helpers in libcst/_nodes/internal.py; each takes (parent, fieldname, value, visitor).
 _HELPERS = frozenset(
@@ -81,7 +81,8 @@ class Wrapper(MetadataWrapper):
     analysis and the other batchable providers with, and `visit` with a CSTVisitor.
 
     `_BatchedCSTVisitor` and `_get_visitor_methods` are what libcst's own `visit_batched` uses;
-    only the walk that drives them differs.
+    only the walk that drives them differs, and where it walks the nodes it records their
+    parents for ParentProvider on the way.
     """
 
     def resolve_many(self, providers: Iterable[ProviderT]) -> object:
@@ -95,10 +96,12 @@ class Wrapper(MetadataWrapper):
         after_leave: object = None,
     ) -> cst.CSTNode:
         visitors = list(visitors)
+        parents = [one for one in visitors if isinstance(one, ParentProvider)]
+        others = [one for one in visitors if not isinstance(one, ParentProvider)]
         with ExitStack() as stack:
             for one in visitors:
                 stack.enter_context(one.resolve(self))
-            methods = _get_visitor_methods(visitors)
+            methods = _visitor_methods(others)
             if (
                 before_visit is not None
                 or after_leave is not None
@@ -109,15 +112,21 @@ class Wrapper(MetadataWrapper):
                     before_visit=before_visit,  # type: ignore[arg-type]
                     after_leave=after_leave,  # type: ignore[arg-type]
                 )
+                visit(self.module, batched)
             elif methods.keys() <= {"visit_Module", "leave_Module"}:
                 # The scope analysis walks the module itself from visit_Module; the batched walk
                 # after it would call nothing on any other node.
                 for method in (*methods.get("visit_Module", ()), *methods.get("leave_Module", ())):
                     method(self.module)
-                return self.module
             else:
-                batched = _Batched(methods)
-            visit(self.module, batched)
+                links: dict[cst.CSTNode, cst.CSTNode] = {}
+                walker = _Batched(methods)
+                _walk_recording(self.module, walker, walker.table, links)
+                for one in parents:
+                    one.record(links)
+                parents = []
+            for one in parents:  # no walk of the tree's nodes was made to record them
+                one.visit_Module(self.module)
         return self.module
 
     def visit(self, visitor):  # type: ignore[no-untyped-def,override]
@@ -157,6 +166,61 @@ def _calling(methods: Sequence[Callable[[cst.CSTNode], object]]) -> object:
             method(node)
 
     return call
+
+
+def _walk_recording(
+    node: cst.CSTNode, batched: _Batched, table: _Table, links: dict[cst.CSTNode, cst.CSTNode]
+) -> None:
+    """`_walk_with` for `_Batched`, which has no attribute hooks and never prunes the walk,
+    recording each node's parent in `links` on the way."""
+    enter, _, leave = table[type(node)]
+    if enter is not None:
+        enter(batched, node)  # type: ignore[operator]
+    for name, optional in _fields(type(node)):
+        value = getattr(node, name)
+        if optional and value is None:
+            continue
+        kind = field_kind(type(value))
+        if kind is NODE:
+            links[value] = node
+            _walk_recording(value, batched, table, links)
+        elif kind is SEQUENCE:
+            for item in value:
+                links[item] = node
+                _walk_recording(item, batched, table, links)
+    if leave is not None:
+        leave(batched, node)  # type: ignore[operator]
+
+
+# visitor class -> the names libcst's `get_visitors` finds on its instances
+_VISITOR_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _visitor_methods(
+    visitors: Sequence[BatchableCSTVisitor],
+) -> dict[str, list[Callable[[cst.CSTNode], object]]]:
+    """`_get_visitor_methods(visitors)`, with each class's method names found once.
+
+    libcst's `get_visitors` runs `inspect.getmembers` over every instance, and metadata
+    resolution makes new provider instances for every file: 3% of the dense tree's libcst CPU.
+    A visitor with methods of its own (in its instance dict), or its own `get_visitors`, is
+    asked as libcst asks it.
+    """
+    methods: dict[str, list[Callable[[cst.CSTNode], object]]] = {}
+    for visitor in visitors:
+        visitor_type = type(visitor)
+        names = _VISITOR_NAMES.get(visitor_type)
+        if visitor_type.get_visitors is not BatchableCSTVisitor.get_visitors or any(
+            key.startswith(("visit_", "leave_")) for key in getattr(visitor, "__dict__", ())
+        ):
+            found = visitor.get_visitors()
+        else:
+            if names is None:
+                names = _VISITOR_NAMES[visitor_type] = tuple(visitor.get_visitors())
+            found = {name: getattr(visitor, name) for name in names}
+        for name, method in found.items():
+            methods.setdefault(name, []).append(method)
+    return methods
 
 
 _LIBCST_VISIT = cst.CSTNode.visit
