@@ -25,6 +25,7 @@ from migrator.codemods.port import (
     port_torch,
 )
 from migrator.codemods.shared.add_loss_scale_choice import manager_call
+from migrator.codemods.shared.lines import remember_starts
 from migrator.codemods.shared.visiting import Wrapper
 from migrator.codemods.targets import npu_bridge
 from migrator.findings import Finding, MigrationResult, SourceError
@@ -86,7 +87,7 @@ def parse(source: bytes) -> cst.Module:
     or too long for libcst's parser (which would crash the process) is refused first."""
     limits.check(source)
     try:
-        return cst_parse.parse_module(source)
+        module = cst_parse.parse_module(source)
     except cst.ParserSyntaxError as exc:
         raise SourceError(source_errors.syntax_error(source, exc.raw_line, exc.message)) from exc
     except UnicodeDecodeError as exc:
@@ -99,6 +100,8 @@ def parse(source: bytes) -> cst.Module:
             if isinstance(decode, UnicodeDecodeError):
                 raise SourceError(source_errors.decode_error(source, decode)) from exc
         raise SourceError(f"1:1: cannot decode: {exc}") from exc
+    remember_starts(module, limits.statement_starts(source))
+    return module
 
 
 @dataclasses.dataclass(frozen=True)

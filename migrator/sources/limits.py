@@ -8,12 +8,18 @@ took 197 s and 1.5 GB. The standard library's tokenizer reads such a file safely
 every file is measured here before libcst sees it, and one past the limits fails alone, with the
 line, while the rest of the run goes on. The limits are far above real scripts: CPython itself
 refuses more than 200 nested brackets.
+
+The same pass notes the line each top-level statement starts on (`statement_starts`), which
+gives the codemods' finding lines without generating the code before them
+(migrator.codemods.shared.lines).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
+import re
 import token
 import tokenize
 from collections.abc import Iterator
@@ -38,7 +44,7 @@ def check(source: bytes) -> None:
 
     A file the tokenizer cannot read is let through: the parser reports its syntax error.
     """
-    found = _measured(source)
+    found = _measured(source).error
     if found is not None:
         raise SourceError(found)
 
@@ -56,32 +62,70 @@ def deepest_line(source: bytes) -> int | None:
     return line
 
 
+def statement_starts(source: bytes) -> tuple[int, ...] | None:
+    """The 1-based line of the first token of each top-level statement (a decorated definition's
+    first `@`), as tokenize counts lines; None where the tokenizer fails, where a lone `\\r`
+    makes its line count differ from libcst's, or where a line holds only a backslash (libcst
+    joins it to the next into one blank line)."""
+    if source.count(b"\r") != source.count(b"\r\n") or _BACKSLASH_LINE.search(source):
+        return None
+    return _measured(source).starts
+
+
+@dataclasses.dataclass(frozen=True)
+class _Measure:
+    error: str | None
+    starts: tuple[int, ...] | None
+
+
+_BACKSLASH_LINE = re.compile(rb"(?m)^[ \t\f]*\\\r?$")
+# Clauses that continue the compound statement before them at the same indentation.
+_CLAUSES = frozenset({"else", "elif", "except", "finally"})
+_SKIPPED = frozenset({token.NL, token.COMMENT, token.ENCODING})
+
+
 @functools.lru_cache(maxsize=4)
-def _measured(source: bytes) -> str | None:
+def _measured(source: bytes) -> _Measure:
     # A file is parsed up to three times (plan, port, global-step move): measured once.
+    starts: list[int] = []
+    indent, line_start, decorated = 0, True, False
     try:
         statement_start, count = 1, 0
         for tok, depth in _depths(source):
-            if tok.type in (token.NEWLINE, token.ENDMARKER):
+            kind = tok.type
+            if kind == token.INDENT:
+                indent += 1
+            elif kind == token.DEDENT:
+                indent -= 1
+            elif kind not in _SKIPPED and kind != token.ENDMARKER:
+                if line_start and indent == 0 and kind != token.NEWLINE:
+                    # A decorator's line and the next one are the same statement.
+                    if not decorated and not (kind == token.NAME and tok.string in _CLAUSES):
+                        starts.append(tok.start[0])
+                    decorated = kind == token.OP and tok.string == "@"
+                line_start = kind == token.NEWLINE
+            if kind in (token.NEWLINE, token.ENDMARKER):
                 statement_start, count = tok.end[0] + 1, 0
                 continue
             count += 1
             if count > MAX_STATEMENT_TOKENS:
-                return (
+                return _Measure(
                     f"{statement_start}:1: statement too long for the parser: over "
                     f"{MAX_STATEMENT_TOKENS:,} tokens in one statement (it would take minutes); "
-                    "move the data to a file of its own, or port this file by hand"
+                    "move the data to a file of its own, or port this file by hand",
+                    None,
                 )
             if depth > MAX_DEPTH:
                 line, column = tok.start
-                return (
+                return _Measure(
                     f"{line}:{column + 1}: too deeply nested for the parser: an expression over "
                     f"{MAX_DEPTH} levels deep (brackets inside brackets, or a chain of operators); "
-                    "split it, or port this file by hand"
+                    "split it, or port this file by hand",
+                    None,
                 )
     except (SyntaxError, tokenize.TokenError):
-        return None
-    return None
+        return _Measure(None, None)
+    return _Measure(None, tuple(starts))
 
 
 def _depths(source: bytes) -> Iterator[tuple[tokenize.TokenInfo, int]]:

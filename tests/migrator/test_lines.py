@@ -13,6 +13,9 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from migrator.codemods.shared import lines
 from migrator.codemods.shared.lines import LineIndex, LineProvider, count_newlines, start_line
 from migrator.codemods.shared.parents import ParentProvider
+from migrator.findings import SourceError
+from migrator.pipeline import transform
+from migrator.sources import limits
 
 FIXTURES = MIGRATOR_FIXTURES
 
@@ -108,6 +111,42 @@ def test_every_node_of_some_fixtures_by_partial_code(path: Path, monkeypatch) ->
     except (cst.ParserSyntaxError, UnicodeDecodeError, SyntaxError):
         pytest.skip("libcst cannot parse it")
     assert _mismatches(MetadataWrapper(module, unsafe_skip_copy=True)) == []
+
+
+def _parsed(source: bytes) -> cst.Module:
+    """Parsed as the migrator parses, which hands the tokenizer's statement starts over."""
+    try:
+        return transform.parse(source)
+    except SourceError:
+        pytest.skip("the migrator refuses it")
+
+
+def _starts_are_used(module: cst.Module) -> bool:
+    return LineIndex(module)._starts is not None
+
+
+@pytest.mark.parametrize("name", sorted(TRICKY))
+def test_every_node_of_tricky_sources_from_the_tokenizers_starts(name: str) -> None:
+    source = TRICKY[name].encode()
+    module = _parsed(source)
+    assert _mismatches(MetadataWrapper(module, unsafe_skip_copy=True)) == []
+    # libcst counts a lone CR as a line break, Python does not; and it makes a line holding only
+    # a backslash one blank line with the next
+    odd = b"\r" in source.replace(b"\r\n", b"") or b"\n\\\n" in source
+    assert _starts_are_used(module) is not odd
+
+
+@pytest.mark.parametrize("path", _fixture_sources(), ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_every_node_of_every_fixture_from_the_tokenizers_starts(path: Path) -> None:
+    source = path.read_bytes()
+    module = _parsed(source)
+    assert _starts_are_used(module)
+    assert _mismatches(MetadataWrapper(module, unsafe_skip_copy=True)) == []
+
+
+def test_a_decorated_definition_is_one_statement_to_the_tokenizer() -> None:
+    source = b"@a\n# c\n@b(\n  1)\nclass C:\n    pass\nelse_ = 1\nif x:\n  y\nelse:\n  z\n"
+    assert limits.statement_starts(source) == (1, 7, 8)
 
 
 def test_fixtures_were_found() -> None:
