@@ -133,7 +133,8 @@ def scan_source(source: bytes, *, path: str) -> global_step.GlobalStepFacts | No
         module = parse(source)
     except SourceError:
         return None
-    return global_step.scan(module, path, source=source)
+    # Just parsed, so nobody else holds the tree: no defensive copy (see `_prepare`).
+    return global_step.scan(Wrapper(module, unsafe_skip_copy=True), path, source=source)
 
 
 def plan_from_facts(facts: Iterable[global_step.GlobalStepFacts | None]) -> ProjectPlan:
