@@ -151,9 +151,11 @@ def _own_lines_before_token(stmt: cst.BaseStatement) -> int:
     return lines
 
 
-# id(module) -> (module, the line of each top-level statement's first token); the few last.
+# id(module) -> (module, the line of each top-level statement's first token), for the last module
+# parsed only: its metadata is resolved before the next parse, and a tree held here stays in
+# memory (a 20,000-line module's is a few hundred MB); a module not found falls back to codegen.
 _STARTS: dict[int, tuple[cst.Module, tuple[int, ...]]] = {}
-_REMEMBERED = 8
+_REMEMBERED = 1
 
 
 def remember_starts(module: cst.Module, starts: tuple[int, ...] | None) -> None:
