@@ -1,4 +1,5 @@
-"""ParentProvider (a field walk) gives exactly libcst's ParentNodeProvider mapping."""
+"""ParentProvider (a field walk) gives libcst's ParentNodeProvider mapping for every node that is
+not trivia (whitespace, comments, punctuation), and leaves most trivia out."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from cli_runner import MIGRATOR_FIXTURES
 from libcst.metadata import MetadataWrapper, ParentNodeProvider
 
 from migrator.codemods.shared.parents import ParentProvider
+from migrator.codemods.shared.trivia import TRIVIA
 
 FIXTURES = MIGRATOR_FIXTURES
 TRICKY = '''\
@@ -47,5 +49,12 @@ def test_same_links_as_libcst(name, source):
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     ours = dict(wrapper.resolve(ParentProvider))
     theirs = dict(wrapper.resolve(ParentNodeProvider))
-    assert ours == theirs
+
+    def real(links: dict) -> dict:
+        return {child: parent for child, parent in links.items() if type(child) not in TRIVIA}
+
+    assert real(ours) == real(theirs)
+    assert ours.items() <= theirs.items()  # a trivia node read at all has its own parent
     assert module not in ours
+    trivia = len(theirs) - len(real(theirs))
+    assert len(theirs) - len(ours) >= trivia * 0.9  # nearly all of it is left out

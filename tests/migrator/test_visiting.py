@@ -10,6 +10,7 @@ import libcst as cst
 from cst_nodes import all_nodes
 from libcst.metadata import ExpressionContextProvider, MetadataWrapper, ScopeProvider
 
+from migrator.codemods.shared.trivia import TRIVIA
 from migrator.codemods.shared.visiting import Wrapper, visit
 
 # Every kind of statement and expression the grammar has, or near enough: EXTRA, the fixtures and
@@ -93,6 +94,32 @@ class OneHook(CallHooks, cst.CSTVisitor):
     pass
 
 
+class Punctuation(Plain):
+    """Has methods for trivia: its walk must enter every comma and every whitespace."""
+
+    def visit_Comma(self, node: cst.Comma) -> None:
+        self.calls.append(("comma", id(node)))
+
+    def leave_SimpleWhitespace(self, original_node: cst.SimpleWhitespace) -> None:
+        self.calls.append(("space", id(original_node)))
+
+
+class TriviaBlind(cst.CSTVisitor):
+    """Sees every node through on_visit and on_leave, and says it does nothing on trivia."""
+
+    IGNORES_TRIVIA = True
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.calls.append(("visit", id(node)))
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.calls.append(("leave", id(original_node)))
+
+
 class Shadowed(Plain):
     """A visit_ method held by the instance: libcst looks it up on the instance first."""
 
@@ -166,6 +193,31 @@ def test_same_calls_as_libcst_with_attribute_hooks() -> None:
 def test_same_calls_as_libcst_without_attribute_hooks() -> None:
     for module in modules():
         _same_calls(module, Plain)
+
+
+def test_a_visitor_with_methods_for_trivia_is_walked_through_all_of_it() -> None:
+    kinds: set[str] = set()
+    for module in modules():
+        kinds.update(kind for kind, _ in _same_calls(module, Punctuation))
+    assert kinds == {"name", "call", "comma", "space"}
+
+
+def test_a_visitor_that_ignores_trivia_is_walked_past_it() -> None:
+    entered = skipped = 0
+    for module in modules():
+        ours, theirs = TriviaBlind(), TriviaBlind()
+        visit(module, ours)
+        module.visit(theirs)  # libcst knows nothing of IGNORES_TRIVIA: every node
+        trivia = {id(node) for node in all_nodes(module) if type(node) in TRIVIA}
+
+        def real(calls: list[tuple[str, int]], trivia: set[int] = trivia) -> list:
+            return [call for call in calls if call[1] not in trivia]
+
+        assert real(ours.calls) == real(theirs.calls)
+        entered += len(ours.calls) - len(real(ours.calls))
+        skipped += len(theirs.calls) - len(real(theirs.calls))
+    # only trivia in a field that may hold more (`import *`) is entered
+    assert skipped > 20_000 and entered < skipped / 100
 
 
 def test_same_calls_as_libcst_with_a_method_on_the_instance() -> None:
@@ -244,7 +296,7 @@ def _scope_facts(mapping: Mapping[cst.CSTNode, object], module: cst.Module) -> t
     per_node = []
     for node in nodes:
         scope = mapping.get(node)
-        if scope is not None:
+        if scope is not None and type(node) not in TRIVIA:
             number = numbers.setdefault(id(scope), len(numbers))
             scopes[number] = scope
             per_node.append((places[id(node)], type(scope).__name__, number))
@@ -285,7 +337,9 @@ def test_scope_metadata_is_libcst_s() -> None:
     for module in modules():
         ours = Wrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
         theirs = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
-        assert len(ours) == len(theirs)
+        # The scope of trivia is not recorded (nothing asks it), all the rest is libcst's.
+        assert not any(type(node) in TRIVIA for node in ours)
+        assert len(ours) == sum(type(node) not in TRIVIA for node in theirs)
         facts = _scope_facts(ours, module)
         assert facts == _scope_facts(theirs, module)
         accesses += sum(len(found) for _, found in facts[1].values())

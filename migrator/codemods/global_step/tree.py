@@ -7,11 +7,13 @@ function binds to a name, or that it cannot tell.
 
 from __future__ import annotations
 
+import functools
 from contextvars import ContextVar
 
 import libcst as cst
 
 from migrator.codemods.global_step.exprs import name_of
+from migrator.codemods.shared.trivia import TRIVIA
 from migrator.codemods.shared.visiting import visit
 
 
@@ -38,7 +40,12 @@ class Index(cst.CSTVisitor):
     The analysis asks for the nodes of some types below many roots; slicing this list gives the
     same nodes in the same order as a walk below each root would, without walking again. The walk
     also finds every function with the names of its enclosing defs, in source order.
+
+    Trivia (migrator.codemods.shared.trivia) is left out of the walk, and so of the index: asked
+    for types a trivia node could be, or below a trivia root, `collect` says it cannot tell.
     """
+
+    IGNORES_TRIVIA = True
 
     def __init__(self, root: cst.CSTNode) -> None:
         super().__init__()
@@ -69,9 +76,9 @@ class Index(cst.CSTVisitor):
     def collect(
         self, root: cst.CSTNode, types: tuple[type, ...], enter_defs: bool
     ) -> list[cst.CSTNode] | None:
-        """What `Collector` finds below `root`, or None when `root` is not in this tree."""
+        """What `Collector` finds below `root`, or None when `root` is not in this index."""
         first = self.start.get(id(root))
-        if first is None or self.nodes[first] is not root:
+        if first is None or self.nodes[first] is not root or _may_be_trivia(types):
             return None
         found: list[cst.CSTNode] = []
         nodes, ends = self.nodes, self.ends
@@ -88,6 +95,13 @@ class Index(cst.CSTVisitor):
 
 
 _DEFS = (cst.FunctionDef, cst.ClassDef)
+
+
+@functools.cache
+def _may_be_trivia(types: tuple[type, ...]) -> bool:
+    return any(issubclass(one, types) for one in TRIVIA)
+
+
 # (node type, types) -> whether the one is a subclass of the others: libcst's node classes are
 # ABCs, whose isinstance costs a call into the abc machinery on every node of every walk here.
 _SUBCLASS: dict[tuple[type, tuple[type, ...]], bool] = {}
