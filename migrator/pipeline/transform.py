@@ -25,6 +25,7 @@ from migrator.codemods.port import (
     port_torch,
 )
 from migrator.codemods.shared.add_loss_scale_choice import manager_call
+from migrator.codemods.shared.codegen import bytes_of, code_of
 from migrator.codemods.shared.lines import remember_starts
 from migrator.codemods.shared.visiting import Wrapper
 from migrator.codemods.targets import npu_bridge
@@ -200,7 +201,7 @@ def _prepare(
     wrapper.resolve_many(wanted)
     facts = global_step.scan(wrapper, path, source=source)
     module, findings = _port(wrapper, source, path, options)
-    new = module.bytes if any(f.kind == "change" for f in findings) else source
+    new = bytes_of(module) if any(f.kind == "change" for f in findings) else source
     ported = MigrationResult(path=path, old_source=source, new_source=new, findings=findings)
     return PreparedFile(path, source, facts, ported)
 
@@ -229,7 +230,7 @@ def _port(
         return module, [*findings, *torch_findings]
     # Rare (one file using both frameworks' scalers): a second resolution on the ported tree.
     ported, torch_findings = port_torch(Wrapper(module), path, *facts)
-    mapped = _map_lines(torch_findings, wrapper.module.code, module.code)
+    mapped = _map_lines(torch_findings, code_of(wrapper.module), code_of(module))
     return ported, [*findings, *mapped]
 
 
@@ -252,7 +253,7 @@ def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -
     done = npu_bridge.retarget(result.path, result.new_source)
     if done is None:
         return result
-    old, new = parse(result.old_source).code, parse(result.new_source).code
+    old, new = code_of(parse(result.old_source)), code_of(parse(result.new_source))
     added = _map_lines(done.findings, old, new)
     if done.source is None:  # the file stays as it was; the port's warnings still hold for it
         kept = [f for f in result.findings if f.kind != "change"]
@@ -287,7 +288,7 @@ def _finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) 
     # The port saw the file with loss scaling added: report against the user's own lines, and
     # not the contrib spelling of the addition (the user never wrote it; `added` says it all).
     ported = [f for f in result.findings if not f.rule.startswith("contrib-")]
-    mapped = _map_lines(ported, parse(prepared.original).code, parse(prepared.source).code)
+    mapped = _map_lines(ported, code_of(parse(prepared.original)), code_of(parse(prepared.source)))
     return dataclasses.replace(
         result, old_source=prepared.original, findings=_sorted([*prepared.added, *mapped])
     )
@@ -298,7 +299,7 @@ def _add_loss_scale(source: bytes, path: str, choice: str) -> tuple[bytes, list[
     then rewrites; the bytes unchanged where nothing was added."""
     module = parse(source)
     added, findings = add_loss_scale.add_loss_scale(module, source, path, choice)
-    return (source if added is module else added.bytes), findings
+    return (source if added is module else bytes_of(added)), findings
 
 
 def _step_plan(prepared: PreparedFile, plan: ProjectPlan) -> global_step.GlobalStepPlan:
@@ -338,11 +339,13 @@ def _migrate_moved(
     moved, findings = global_step.rewrite(Wrapper(original), path, plan)
     ported, port_findings = _port(Wrapper(moved), source, path, options)
     if port_findings:
-        port_findings = _map_lines(port_findings, original.code, moved.code)
+        port_findings = _map_lines(port_findings, code_of(original), code_of(moved))
     findings = _sorted([*findings, *port_findings])
     if not any(f.kind == "change" for f in findings):
         return MigrationResult(path=path, old_source=source, new_source=source, findings=findings)
-    return MigrationResult(path=path, old_source=source, new_source=ported.bytes, findings=findings)
+    return MigrationResult(
+        path=path, old_source=source, new_source=bytes_of(ported), findings=findings
+    )
 
 
 def _sorted(findings: list[Finding]) -> list[Finding]:

@@ -25,9 +25,9 @@ from collections.abc import Mapping
 
 import libcst as cst
 from libcst import MetadataDependent
-from libcst._nodes.internal import CodegenState
 from libcst.metadata import BaseMetadataProvider, CodeRange, MetadataWrapper, PositionProvider
 
+from migrator.codemods.shared.codegen import NO_RECORD, PlainState
 from migrator.codemods.shared.parents import ParentProvider
 
 Positions = Mapping[cst.CSTNode, CodeRange]
@@ -93,7 +93,7 @@ class LineIndex:
         return self._before[stmt]
 
     def _code(self, node: cst.CSTNode) -> str:
-        state = _Plain(self.module.default_indent, self.module.default_newline)
+        state = PlainState(self.module.default_indent, self.module.default_newline)
         node._codegen(state)
         return "".join(state.tokens)
 
@@ -177,24 +177,13 @@ PARTIAL_LOOKUPS = 3
 """Lookups in one statement answered by generating its code up to the node (the analyzers ask a
 few lines per file, mostly in different statements); past that, one PositionProvider run."""
 
-_NO_RECORD = contextlib.nullcontext()
-
-
-class _Plain(CodegenState):
-    """Code generation without a context manager per node: libcst's base state records no
-    position either, but enters and leaves a generator-based context on every expression."""
-
-    def record_syntactic_position(self, node: object, **_: object) -> contextlib.nullcontext:
-        return _NO_RECORD
-
-
 class _Reached(Exception):
     def __init__(self, line: int) -> None:
         super().__init__(line)
         self.line = line
 
 
-class _Until(_Plain):
+class _Until(PlainState):
     """Generates code until PositionProvider would know the start of `target`, then stops.
 
     PositionProvider takes a node's start where its syntactic position is recorded (or, when
@@ -224,7 +213,7 @@ class _Until(_Plain):
             if start_node is None:
                 raise _Reached(self.line())
             self.target = start_node
-        return _NO_RECORD
+        return NO_RECORD
 
 
 def _start_line(stmt: cst.BaseStatement, node: cst.CSTNode, module: cst.Module) -> int | None:

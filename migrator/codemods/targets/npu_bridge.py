@@ -42,6 +42,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from migrator import registry
+from migrator.codemods.shared.codegen import bytes_of
 from migrator.codemods.shared.visiting import visit
 from migrator.findings import Finding
 
@@ -138,7 +139,7 @@ def retarget(path: str, ported: bytes) -> Retargeted | None:
                 kind="warning",
             )
         )
-    return Retargeted(retargeted.bytes, findings)
+    return Retargeted(bytes_of(retargeted), findings)
 
 
 class _Survey(cst.CSTVisitor):
