@@ -6,9 +6,11 @@ node's line is the number of lines before its top-level statement plus its line 
 statement. The first part only needs the code of the statements before it, the second the code of
 its statement up to the node (`_Until` stops where PositionProvider would take the start); both
 are generated without libcst's context manager per node and cached, so a file costs at most one
-plain code generation plus part of each statement asked about. A statement asked about more than a
-few times gets one PositionProvider run over it alone (before, every statement asked about
-got one: about 3% of the CPU of the dense tree's libcst files, measured side by side).
+plain code generation plus part of each statement asked about. A statement asked about again
+has its code generated once with the line each nested statement and clause begins on, and a
+node's line in it is then counted from its innermost one (a line, or a header) instead of from
+the top of a class of many methods. (Before, such a statement got PositionProvider over it alone,
+and the lookups in statements were 7% of the dense tree's libcst CPU.)
 
 For a module just parsed from bytes the first part needs no code generation at all: the
 tokenizer pass that checks the bytes before parsing (migrator.sources.limits) notes where each
@@ -55,27 +57,31 @@ class LineIndex:
         self._before: dict[cst.CSTNode, int] = {}  # top-level statement -> lines before it
         self._scanned = 0  # statements of module.body whose `_before` is known
         self._lines = sum(count_newlines(self._code(h)) for h in module.header)
-        self._inside: dict[cst.CSTNode, Positions] = {}
+        self._inside: dict[cst.CSTNode, dict[cst.CSTNode, int]] = {}  # see `_begins`
         self._asked: dict[cst.CSTNode, int] = {}
         self._everything: Positions | None = None
 
     def line(self, node: cst.CSTNode, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> int:
         """`parents` is the module's ParentProvider mapping."""
-        stmt = self._top_level(node, parents)
-        if stmt is None:
+        found = self._top_level(node, parents)
+        if found is None:
             return self._fallback(node)
-        return self._lines_before(stmt) + self._line_in(stmt, node)
+        stmt, inner = found
+        return self._lines_before(stmt) + self._line_in(stmt, inner, node)
 
     def _top_level(
         self, node: cst.CSTNode, parents: Mapping[cst.CSTNode, cst.CSTNode]
-    ) -> cst.BaseStatement | None:
-        """The statement of the module body that holds `node` (or is it); None outside the
-        body."""
+    ) -> tuple[cst.BaseStatement, cst.CSTNode] | None:
+        """The statement of the module body that holds `node` (or is it), and the innermost
+        statement or clause that does (see `_OWNERS`); None outside the body."""
+        inner = node if _owns_lines(type(node)) else None
         parent = parents.get(node)
         while parent is not None and parent is not self.module:
             node, parent = parent, parents.get(parent)
+            if inner is None and _owns_lines(type(node)):
+                inner = node
         if parent is self.module and isinstance(node, cst.BaseStatement):
-            return node
+            return node, inner if inner is not None else node
         return None
 
     def _lines_before(self, stmt: cst.BaseStatement) -> int:
@@ -97,42 +103,27 @@ class LineIndex:
         node._codegen(state)
         return "".join(state.tokens)
 
-    def _line_in(self, stmt: cst.BaseStatement, node: cst.CSTNode) -> int:
+    def _line_in(self, stmt: cst.BaseStatement, inner: cst.CSTNode, node: cst.CSTNode) -> int:
         """The line of `node` in the code of `stmt` alone, counted from 1.
 
         A statement's code does not depend on where it stands (a top-level statement carries its
-        own leading blank lines and comments). The code is generated only up to the node; a
-        statement asked about more often than PARTIAL_LOOKUPS times gets PositionProvider over
-        it once instead, which answers for all its nodes."""
-        positions = self._inside.get(stmt)
-        if positions is not None:
-            return positions[node].start.line
-        asked = self._asked[stmt] = self._asked.get(stmt, 0) + 1
-        if asked <= PARTIAL_LOOKUPS:
-            found = _start_line(stmt, node, self.module)
-            if found is not None:
-                return found
-        return self._positions(stmt)[node].start.line
-
-    def _positions(self, stmt: cst.BaseStatement) -> Positions:
-        """PositionProvider over a module holding only `stmt`: its lines, counted from 1.
-
-        Skipping the copy keeps the node objects, so the mapping answers for the real nodes.
-        The provider is run directly: `MetadataWrapper.resolve` would add a walk over the
-        statement for batchable providers (there are none), which costs as much as the positions.
-        """
-        found = self._inside.get(stmt)
-        if found is None:
-            alone = cst.Module(
-                body=(stmt,),
-                header=(),
-                footer=(),
-                default_indent=self.module.default_indent,
-                default_newline=self.module.default_newline,
-            )
-            found = PositionProvider()._gen(MetadataWrapper(alone, unsafe_skip_copy=True))
-            self._inside[stmt] = found
-        return found
+        own leading blank lines and comments). The first PARTIAL_LOOKUPS lookups in a statement
+        generate its code only up to the node. After that the statement's code is generated
+        once, noting the line each nested statement and clause begins on (`_begins`); a node's
+        line is then that of its innermost one, `inner`, plus its line in the code of `inner`
+        alone, generated up to the node: a line or a header, not the blocks before it."""
+        begins = self._inside.get(stmt)
+        if begins is None:
+            asked = self._asked[stmt] = self._asked.get(stmt, 0) + 1
+            if asked <= PARTIAL_LOOKUPS:
+                found = _start_line(stmt, node, self.module)
+                if found is not None:
+                    return found
+            begins = self._inside[stmt] = _begins(stmt, self.module)
+        found = _start_line(inner, node, self.module)
+        if found is None:  # never reached: a node libcst prints outside its parent's code
+            return self._fallback(node) - self._lines_before(stmt)
+        return begins[inner] + found - 1
 
     def _fallback(self, node: cst.CSTNode) -> int:
         """The module itself and its header/footer comments: resolve the whole file, once."""
@@ -173,9 +164,53 @@ def _remembered(module: cst.Module) -> tuple[int, ...] | None:
     return found[1] if found is not None and found[0] is module else None
 
 
-PARTIAL_LOOKUPS = 3
+PARTIAL_LOOKUPS = 1
 """Lookups in one statement answered by generating its code up to the node (the analyzers ask a
-few lines per file, mostly in different statements); past that, one PositionProvider run."""
+few lines per file, mostly in different statements); past that, the statement's code is
+generated once with the lines its nested statements begin on."""
+
+# What a node's line is counted from: statements and the clauses of compound ones, each of
+# which starts a line of its own.
+_OWNERS = (
+    cst.BaseStatement,
+    cst.Else,
+    cst.ExceptHandler,
+    cst.ExceptStarHandler,
+    cst.Finally,
+    cst.MatchCase,
+)
+_OWNS: dict[type, bool] = {}
+
+
+def _owns_lines(node_type: type) -> bool:
+    # Cached per type: isinstance against libcst's ABCs is slow.
+    found = _OWNS.get(node_type)
+    if found is None:
+        found = _OWNS[node_type] = issubclass(node_type, _OWNERS)
+    return found
+
+
+class _Marking(PlainState):
+    """Generates code, noting the line each statement or clause's code begins on."""
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(module.default_indent, module.default_newline)
+        self.begins: dict[cst.CSTNode, int] = {}
+        self._line, self._counted = 1, 0
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if _owns_lines(type(node)):
+            self._line += count_newlines("".join(self.tokens[self._counted :]))
+            self._counted = len(self.tokens)
+            self.begins[node] = self._line
+
+
+def _begins(stmt: cst.BaseStatement, module: cst.Module) -> dict[cst.CSTNode, int]:
+    """The line (from 1) each statement and clause in the code of `stmt` alone begins on."""
+    state = _Marking(module)
+    stmt._codegen(state)
+    return state.begins
+
 
 class _Reached(Exception):
     def __init__(self, line: int) -> None:
