@@ -50,7 +50,8 @@ TRICKY = {
         "def f():\n    '''doc\n\n    more'''\n    return b'''\\r\n'''\n"
     ),
     "clauses_after_comments": (
-        "class A:\n    # c\n\n    @d(\n        1)\n    def f(self):\n        try:\n            x = 1\n"
+        "class A:\n    # c\n\n    @d(\n        1)\n    def f(self):\n"
+        "        try:\n            x = 1\n"
         "        # before except*\n        except* E as e:\n            pass\n\n"
         "        # before else\n        else:\n            if a: b = (1,\n 2)\n"
         "            # before elif\n            elif c:\n                d()\n"
