@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import sys
 import typing
 
 import libcst as cst
@@ -37,16 +36,14 @@ _BRACKETS = (
 
 @functools.cache
 def _concrete_nodes(base: type) -> frozenset[type]:
-    """The node classes `base` stands for. A class libcst replaced by its slotted copy lingers
-    among the subclasses; only the one its module holds is real."""
+    """The node classes `base` stands for, as Python knows its subclasses. (That can include a
+    stale copy, such as the class libcst replaced by its slotted one: more classes only make a
+    field less likely to count as trivia.)"""
     found = set()
     pending = [base]
     while pending:
         one = pending.pop()
-        if (
-            not inspect.isabstract(one)
-            and getattr(sys.modules[one.__module__], one.__name__, None) is one
-        ):
+        if not inspect.isabstract(one):
             found.add(one)
         pending.extend(one.__subclasses__())
     return frozenset(found)
@@ -68,7 +65,8 @@ def _holds_only(annotation: object, allowed: set[type]) -> bool:
             return False
         if issubclass(one, _SCALARS):
             continue
-        if not issubclass(one, cst.CSTNode) or not _concrete_nodes(one) <= allowed:
+        concrete = _concrete_nodes(one) if issubclass(one, cst.CSTNode) else frozenset()
+        if not concrete or not concrete <= allowed:  # none known: it may be anything
             return False
     return True
 
