@@ -25,8 +25,13 @@ class PlainState(CodegenState):
 
 def code_of(module: cst.Module) -> str:
     """`module.code`."""
+    return node_code(module, module)
+
+
+def node_code(node: cst.CSTNode, module: cst.Module) -> str:
+    """The code of `node` alone, with the indentation and newline of `module`."""
     state = PlainState(module.default_indent, module.default_newline)
-    module._codegen(state)
+    node._codegen(state)
     return "".join(state.tokens)
 
 

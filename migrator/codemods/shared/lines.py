@@ -29,7 +29,7 @@ import libcst as cst
 from libcst import MetadataDependent
 from libcst.metadata import BaseMetadataProvider, CodeRange, MetadataWrapper, PositionProvider
 
-from migrator.codemods.shared.codegen import NO_RECORD, PlainState
+from migrator.codemods.shared.codegen import NO_RECORD, PlainState, node_code
 from migrator.codemods.shared.parents import ParentProvider
 
 Positions = Mapping[cst.CSTNode, CodeRange]
@@ -99,9 +99,7 @@ class LineIndex:
         return self._before[stmt]
 
     def _code(self, node: cst.CSTNode) -> str:
-        state = PlainState(self.module.default_indent, self.module.default_newline)
-        node._codegen(state)
-        return "".join(state.tokens)
+        return node_code(node, self.module)
 
     def _line_in(self, stmt: cst.BaseStatement, inner: cst.CSTNode, node: cst.CSTNode) -> int:
         """The line of `node` in the code of `stmt` alone, counted from 1.

@@ -142,14 +142,7 @@ class _Batched(cst.CSTVisitor):
     def __init__(self, methods: Mapping[str, list[Callable[[cst.CSTNode], object]]]) -> None:
         super().__init__()
         self.methods = methods
-        self.table = _Table(
-            self.entry,
-            lean=not any(
-                self.methods.get(f"{kind}_{one.__name__}")
-                for one in TRIVIA
-                for kind in ("visit", "leave")
-            ),
-        )
+        self.table = _Table(self.entry, lean=_ignores_trivia(_Batched, self.entry))
 
     def entry(self, node_type: type) -> _Entry:
         """The walk's table entry: the methods in their order, their results ignored (a batched
@@ -386,7 +379,7 @@ def _ignores_trivia(visitor_type: type, build: Callable[[type], _Entry]) -> bool
                 for one in TRIVIA
             )
         )
-    return all(build(one)[0] is None and build(one)[2] is None for one in TRIVIA)
+    return all(enter is None and leave is None for enter, _, leave in map(build, TRIVIA))
 
 
 def _method(visitor_type: type, name: str) -> object:
