@@ -9,7 +9,7 @@ every file is measured here before libcst sees it, and one past the limits fails
 line, while the rest of the run goes on. The limits are far above real scripts: CPython itself
 refuses more than 200 nested brackets.
 
-The same pass notes the line each top-level statement starts on (`statement_starts`), which
+The same pass notes the line each statement and clause starts on (`statement_starts`), which
 gives the codemods' finding lines without generating the code before them
 (migrator.codemods.shared.lines).
 """
@@ -62,11 +62,33 @@ def deepest_line(source: bytes) -> int | None:
     return line
 
 
-def statement_starts(source: bytes) -> tuple[int, ...] | None:
-    """The 1-based line of the first token of each top-level statement (a decorated definition's
-    first `@`), as tokenize counts lines; None where the tokenizer fails, where a lone `\\r`
-    makes its line count differ from libcst's, or where a line holds only a backslash (libcst
-    joins it to the next into one blank line)."""
+@dataclasses.dataclass(frozen=True)
+class Starts:
+    """Where a module's statements start, as tokenize counts lines (1-based).
+
+    `lines` holds the line of the first token of every statement and clause (`else:`,
+    `except:`, `case`: each is a logical line of its own), nested ones included, in source
+    order; a decorated definition's is its first `@`. `top[k]` is the index in `lines` of the
+    k-th top-level statement, so the statements and clauses inside it are those up to the next.
+    """
+
+    lines: tuple[int, ...]
+    top: tuple[int, ...]
+
+    def top_level(self) -> tuple[int, ...]:
+        """The start line of each top-level statement."""
+        return tuple(self.lines[i] for i in self.top)
+
+    def inside(self, k: int) -> tuple[int, ...]:
+        """The start lines of the k-th top-level statement and of everything in it."""
+        stop = self.top[k + 1] if k + 1 < len(self.top) else len(self.lines)
+        return self.lines[self.top[k] : stop]
+
+
+def statement_starts(source: bytes) -> Starts | None:
+    """Where the statements start; None where the tokenizer fails, where a lone `\\r` makes its
+    line count differ from libcst's, or where a line holds only a backslash (libcst joins it to
+    the next into one blank line)."""
     if source.count(b"\r") != source.count(b"\r\n") or _BACKSLASH_LINE.search(source):
         return None
     return _measured(source).starts
@@ -75,7 +97,7 @@ def statement_starts(source: bytes) -> tuple[int, ...] | None:
 @dataclasses.dataclass(frozen=True)
 class _Measure:
     error: str | None
-    starts: tuple[int, ...] | None
+    starts: Starts | None
 
 
 _BACKSLASH_LINE = re.compile(rb"(?m)^[ \t\f]*\\\r?$")
@@ -87,7 +109,8 @@ _SKIPPED = frozenset({token.NL, token.COMMENT, token.ENCODING})
 @functools.lru_cache(maxsize=4)
 def _measured(source: bytes) -> _Measure:
     # A file is parsed up to three times (plan, port, global-step move): measured once.
-    starts: list[int] = []
+    lines: list[int] = []
+    top: list[int] = []
     indent, line_start, decorated = 0, True, False
     try:
         statement_start, count = 1, 0
@@ -98,10 +121,12 @@ def _measured(source: bytes) -> _Measure:
             elif kind == token.DEDENT:
                 indent -= 1
             elif kind not in _SKIPPED and kind != token.ENDMARKER:
-                if line_start and indent == 0 and kind != token.NEWLINE:
+                if line_start and kind != token.NEWLINE:
                     # A decorator's line and the next one are the same statement.
-                    if not decorated and not (kind == token.NAME and tok.string in _CLAUSES):
-                        starts.append(tok.start[0])
+                    if not decorated:
+                        if indent == 0 and not (kind == token.NAME and tok.string in _CLAUSES):
+                            top.append(len(lines))
+                        lines.append(tok.start[0])
                     decorated = kind == token.OP and tok.string == "@"
                 line_start = kind == token.NEWLINE
             if kind in (token.NEWLINE, token.ENDMARKER):
@@ -125,7 +150,7 @@ def _measured(source: bytes) -> _Measure:
                 )
     except (SyntaxError, tokenize.TokenError):
         return _Measure(None, None)
-    return _Measure(None, tuple(starts))
+    return _Measure(None, Starts(tuple(lines), tuple(top)))
 
 
 def _depths(source: bytes) -> Iterator[tuple[tokenize.TokenInfo, int]]:

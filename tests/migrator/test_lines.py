@@ -140,28 +140,65 @@ def _starts_are_used(module: cst.Module) -> bool:
     return LineIndex(module)._starts is not None
 
 
+def _no_statement_code(monkeypatch) -> list[cst.CSTNode]:
+    """Record every statement whose code is generated to find where its parts begin, or up to
+    a node inside a statement or clause nested in it: with the tokenizer's lines, a node's code
+    is generated from its innermost one only."""
+    generated: list[cst.CSTNode] = []
+    original_begins, original_start = lines._begins, lines._start_line
+
+    def begins(stmt: cst.BaseStatement, module: cst.Module) -> dict:
+        generated.append(stmt)
+        return original_begins(stmt, module)
+
+    def start(owner: cst.CSTNode, node: cst.CSTNode, module: cst.Module) -> int | None:
+        nested = lines._owners(owner)[1:] if lines._owns_lines(type(owner)) else []
+        if any(node in all_nodes(inner) for inner in nested):
+            generated.append(owner)
+        return original_start(owner, node, module)
+
+    monkeypatch.setattr(lines, "_begins", begins)
+    monkeypatch.setattr(lines, "_start_line", start)
+    return generated
+
+
 @pytest.mark.parametrize("name", sorted(TRICKY))
-def test_every_node_of_tricky_sources_from_the_tokenizers_starts(name: str) -> None:
+def test_every_node_of_tricky_sources_from_the_tokenizers_starts(name: str, monkeypatch) -> None:
     source = TRICKY[name].encode()
     module = _parsed(source)
+    generated = _no_statement_code(monkeypatch)
     assert _mismatches(MetadataWrapper(module, unsafe_skip_copy=True)) == []
     # libcst counts a lone CR as a line break, Python does not; and it makes a line holding only
     # a backslash one blank line with the next
     odd = b"\r" in source.replace(b"\r\n", b"") or b"\n\\\n" in source
     assert _starts_are_used(module) is not odd
+    assert odd or generated == []
 
 
 @pytest.mark.parametrize("path", _fixture_sources(), ids=lambda p: str(p.relative_to(FIXTURES)))
-def test_every_node_of_every_fixture_from_the_tokenizers_starts(path: Path) -> None:
+def test_every_node_of_every_fixture_from_the_tokenizers_starts(path: Path, monkeypatch) -> None:
     source = path.read_bytes()
     module = _parsed(source)
+    generated = _no_statement_code(monkeypatch)
     assert _starts_are_used(module)
     assert _mismatches(MetadataWrapper(module, unsafe_skip_copy=True)) == []
+    assert generated == []
 
 
-def test_a_decorated_definition_is_one_statement_to_the_tokenizer() -> None:
+@pytest.mark.parametrize("name", sorted(TRICKY))
+def test_the_statements_and_clauses_of_a_statement_are_those_its_code_marks(name: str) -> None:
+    module = cst.parse_module(TRICKY[name])
+    for stmt in module.body:
+        assert lines._owners(stmt) == list(lines._begins(stmt, module))
+
+
+def test_the_tokenizer_sees_every_statement_and_clause_and_a_decorated_definition_as_one() -> None:
     source = b"@a\n# c\n@b(\n  1)\nclass C:\n    pass\nelse_ = 1\nif x:\n  y\nelse:\n  z\n"
-    assert limits.statement_starts(source) == (1, 7, 8)
+    starts = limits.statement_starts(source)
+    assert starts is not None
+    assert starts.lines == (1, 6, 7, 8, 9, 10, 11)
+    assert starts.top_level() == (1, 7, 8)
+    assert starts.inside(0) == (1, 6) and starts.inside(2) == (8, 9, 10, 11)
 
 
 def test_fixtures_were_found() -> None:

@@ -2,22 +2,24 @@
 
 PositionProvider generates the code of the whole file while recording a position for every node,
 some 35 ms for a 270-line file, yet the analyzers only ask for a dozen lines (for findings). A
-node's line is the number of lines before its top-level statement plus its line inside that
-statement. The first part only needs the code of the statements before it, the second the code of
-its statement up to the node (`_Until` stops where PositionProvider would take the start); both
-are generated without libcst's context manager per node and cached, so a file costs at most one
-plain code generation plus part of each statement asked about. A statement asked about again
-has its code generated once with the line each nested statement and clause begins on, and a
-node's line in it is then counted from its innermost one (a line, or a header) instead of from
-the top of a class of many methods. (Before, such a statement got PositionProvider over it alone,
-and the lookups in statements were 7% of the dense tree's libcst CPU.)
+node's line is the line its innermost statement or clause (`_OWNERS`: a line, or a header)
+begins on, plus its line in the code of that statement or clause alone, generated only up to
+the node (`_Until` stops where PositionProvider would take the start): a line or a header, not
+the blocks before it.
 
-For a module just parsed from bytes the first part needs no code generation at all: the
-tokenizer pass that checks the bytes before parsing (migrator.sources.limits) notes where each
-top-level statement's first token is, and the lines before a statement are those before that
-token less its own leading blank and comment lines. The parse hands them over
-(`remember_starts`).
-(Generating the code before each asked statement was 7% of the dense tree's libcst CPU.)
+For a module just parsed from bytes, where each statement and clause begins needs no code
+generation at all: the tokenizer pass that checks the bytes before parsing
+(migrator.sources.limits) notes the line of the first token of each, in source order, and a
+statement's code begins there less its own leading blank and comment lines. The parse hands them
+over (`remember_starts`), and they are paired with the tree's statements and clauses in the same
+order. (Generating the code before each asked statement was 7% of the dense tree's libcst CPU;
+generating a statement's code to find where its nested statements begin, 5%.)
+
+Otherwise (a tree the codemods built) the lines before a top-level statement are counted on the
+code of the statements before it, and a statement's first lookup generates its code up to the
+node; one asked about again has its code generated once, noting where each statement and
+clause in it begins (`_begins`). Code is generated without libcst's context manager per node
+and cached.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from libcst.metadata import BaseMetadataProvider, CodeRange, MetadataWrapper, Po
 
 from migrator.codemods.shared.codegen import NO_RECORD, PlainState, node_code
 from migrator.codemods.shared.parents import ParentProvider
+from migrator.sources.limits import Starts
 
 Positions = Mapping[cst.CSTNode, CodeRange]
 
@@ -67,7 +70,22 @@ class LineIndex:
         if found is None:
             return self._fallback(node)
         stmt, inner = found
-        return self._lines_before(stmt) + self._line_in(stmt, inner, node)
+        begins = self._inside.get(stmt)
+        if begins is None:
+            begins = self._begins_from_tokens(stmt)
+            if begins is None:
+                asked = self._asked[stmt] = self._asked.get(stmt, 0) + 1
+                if asked <= PARTIAL_LOOKUPS:
+                    within = _start_line(stmt, node, self.module)
+                    if within is not None:
+                        return self._lines_before(stmt) + within
+                before = self._lines_before(stmt)
+                begins = {n: before + line for n, line in _begins(stmt, self.module).items()}
+            self._inside[stmt] = begins
+        within = _start_line(inner, node, self.module)
+        if within is None or inner not in begins:  # never met: see `_begins_from_tokens`
+            return self._fallback(node)
+        return begins[inner] + within - 1
 
     def _top_level(
         self, node: cst.CSTNode, parents: Mapping[cst.CSTNode, cst.CSTNode]
@@ -87,9 +105,8 @@ class LineIndex:
     def _lines_before(self, stmt: cst.BaseStatement) -> int:
         """Lines of the header and of the statements before `stmt`, counted as far as needed."""
         if self._starts is not None:
-            if not self._position:
-                self._position = {s: i for i, s in enumerate(self.module.body)}
-            return self._starts[self._position[stmt]] - 1 - _own_lines_before_token(stmt)
+            first = self._starts.lines[self._starts.top[self._index(stmt)]]
+            return first - 1 - _own_lines_before_token(stmt)
         body = self.module.body
         while stmt not in self._before and self._scanned < len(body):
             current = body[self._scanned]
@@ -98,30 +115,26 @@ class LineIndex:
             self._scanned += 1
         return self._before[stmt]
 
+    def _index(self, stmt: cst.BaseStatement) -> int:
+        if not self._position:
+            self._position = {s: i for i, s in enumerate(self.module.body)}
+        return self._position[stmt]
+
     def _code(self, node: cst.CSTNode) -> str:
         return node_code(node, self.module)
 
-    def _line_in(self, stmt: cst.BaseStatement, inner: cst.CSTNode, node: cst.CSTNode) -> int:
-        """The line of `node` in the code of `stmt` alone, counted from 1.
-
-        A statement's code does not depend on where it stands (a top-level statement carries its
-        own leading blank lines and comments). The first PARTIAL_LOOKUPS lookups in a statement
-        generate its code only up to the node. After that the statement's code is generated
-        once, noting the line each nested statement and clause begins on (`_begins`); a node's
-        line is then that of its innermost one, `inner`, plus its line in the code of `inner`
-        alone, generated up to the node: a line or a header, not the blocks before it."""
-        begins = self._inside.get(stmt)
-        if begins is None:
-            asked = self._asked[stmt] = self._asked.get(stmt, 0) + 1
-            if asked <= PARTIAL_LOOKUPS:
-                found = _start_line(stmt, node, self.module)
-                if found is not None:
-                    return found
-            begins = self._inside[stmt] = _begins(stmt, self.module)
-        found = _start_line(inner, node, self.module)
-        if found is None:  # never reached: a node libcst prints outside its parent's code
-            return self._fallback(node) - self._lines_before(stmt)
-        return begins[inner] + found - 1
+    def _begins_from_tokens(self, stmt: cst.BaseStatement) -> dict[cst.CSTNode, int] | None:
+        """The line each statement and clause in `stmt` (itself included) begins on, from where
+        the tokenizer saw their first tokens: a statement's code begins with its own blank and
+        comment lines. None without the tokenizer's lines, or where they do not pair one to
+        one with the statements and clauses of the tree (not met in the tests)."""
+        if self._starts is None:
+            return None
+        owners = _owners(stmt)
+        lines = self._starts.inside(self._index(stmt))
+        if len(lines) != len(owners):
+            return None
+        return {o: line - _own_lines_before_token(o) for o, line in zip(owners, lines)}
 
     def _fallback(self, node: cst.CSTNode) -> int:
         """The module itself and its header/footer comments: resolve the whole file, once."""
@@ -140,32 +153,33 @@ def _own_lines_before_token(stmt: cst.BaseStatement) -> int:
     return lines
 
 
-# id(module) -> (module, the line of each top-level statement's first token), for the last module
+# id(module) -> (module, where the tokenizer saw its statements start), for the last module
 # parsed only: its metadata is resolved before the next parse, and a tree held here stays in
 # memory (a 20,000-line module's is a few hundred MB); a module not found falls back to codegen.
-_STARTS: dict[int, tuple[cst.Module, tuple[int, ...]]] = {}
+_STARTS: dict[int, tuple[cst.Module, Starts]] = {}
 _REMEMBERED = 1
 
 
-def remember_starts(module: cst.Module, starts: tuple[int, ...] | None) -> None:
-    """Record, for a module just parsed, where the tokenizer saw its top-level statements start
-    (migrator.sources.limits.statement_starts); ignored unless there is one per statement."""
-    if starts is None or len(starts) != len(module.body):
+def remember_starts(module: cst.Module, starts: Starts | None) -> None:
+    """Record, for a module just parsed, where the tokenizer saw its statements start
+    (migrator.sources.limits.statement_starts); ignored unless there is one per top-level
+    statement."""
+    if starts is None or len(starts.top) != len(module.body):
         return
     while len(_STARTS) >= _REMEMBERED:
         del _STARTS[next(iter(_STARTS))]
     _STARTS[id(module)] = (module, starts)
 
 
-def _remembered(module: cst.Module) -> tuple[int, ...] | None:
+def _remembered(module: cst.Module) -> Starts | None:
     found = _STARTS.get(id(module))
     return found[1] if found is not None and found[0] is module else None
 
 
 PARTIAL_LOOKUPS = 1
-"""Lookups in one statement answered by generating its code up to the node (the analyzers ask a
-few lines per file, mostly in different statements); past that, the statement's code is
-generated once with the lines its nested statements begin on."""
+"""Without the tokenizer's lines: lookups in one statement answered by generating its code up to
+the node (the analyzers ask a few lines per file, mostly in different statements); past that,
+the statement's code is generated once with the lines its nested statements begin on."""
 
 # What a node's line is counted from: statements and the clauses of compound ones, each of
 # which starts a line of its own.
@@ -201,6 +215,25 @@ class _Marking(PlainState):
             self._line += count_newlines("".join(self.tokens[self._counted :]))
             self._counted = len(self.tokens)
             self.begins[node] = self._line
+
+
+def _owners(stmt: cst.BaseStatement) -> list[cst.CSTNode]:
+    """`stmt` and the statements and clauses inside it (see `_OWNERS`), in source order: one
+    per logical line that does not continue a decorator, as the tokenizer sees them."""
+    found: list[cst.CSTNode] = []
+    pending: list[cst.CSTNode] = [stmt]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        body = getattr(node, "body", None)
+        inner = list(body.body) if isinstance(body, cst.IndentedBlock) else []
+        inner += getattr(node, "handlers", ())
+        for clause in (getattr(node, "orelse", None), getattr(node, "finalbody", None)):
+            if clause is not None:
+                inner.append(clause)
+        inner += getattr(node, "cases", ())
+        pending += reversed(inner)
+    return found
 
 
 def _begins(stmt: cst.BaseStatement, module: cst.Module) -> dict[cst.CSTNode, int]:
