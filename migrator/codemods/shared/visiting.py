@@ -37,6 +37,7 @@ import ast
 import functools
 import inspect
 import textwrap
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 
@@ -200,11 +201,26 @@ def _visitor_methods(
 _LIBCST_VISIT = cst.CSTNode.visit
 
 
+# The visitor of the latest `_read_only_visit`, with its hooks and table: the scope analysis
+# visits subtrees itself, over 400,000 times over the dense tree, nearly all with one visitor per
+# file, and working out its table each time (its instance attributes read for visit_ methods)
+# cost about 5% of the metadata resolution (3.3 s -> 3.15 s over 130 files, least of 3).
+# Held weakly, so that a finished analysis is freed with its file.
+_last_visit: tuple[weakref.ref[cst.CSTVisitor], frozenset[str] | None, _Table] | None = None
+
+
 def _read_only_visit(self: cst.CSTNode, visitor: cst.CSTVisitor) -> object:
     """`CSTNode.visit` as it is while `read_only_visits` holds: the same for a transformer."""
+    global _last_visit
     if not isinstance(visitor, cst.CSTVisitor):
         return _LIBCST_VISIT(self, visitor)
-    _walk(self, visitor, _hooked_types(visitor))
+    last = _last_visit
+    if last is not None and last[0]() is visitor:
+        _, hooked, table = last
+    else:
+        hooked, table = _hooked_types(visitor), _dispatch_table(visitor)
+        _last_visit = (weakref.ref(visitor), hooked, table)
+    _walk_with(self, visitor, hooked, table)
     return self  # what libcst's visit returns for a CSTVisitor: the node itself
 
 
