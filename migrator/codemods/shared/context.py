@@ -50,8 +50,10 @@ class FileContext:
         # ids of the nodes inside rewritten expressions: an import every use of which is among
         # them can go
         self.consumed: set[int] = set()
-        # several visitors ask about the same callee: each node's scope is asked once
+        # several visitors ask about the same callee, and every reference is asked whether it is
+        # ambiguous and then what it names: each node's scope is asked once
         self._canonical: dict[cst.CSTNode, str | None] = {}
+        self._qualified: dict[cst.CSTNode, Collection[QualifiedName]] = {}
 
     def bind(self, metadata: Mapping[ProviderT, Mapping[cst.CSTNode, object]]) -> None:
         self.metadata = metadata
@@ -69,10 +71,12 @@ class FileContext:
 
     def qualified_names(self, node: cst.CSTNode) -> Collection[QualifiedName]:
         """What QualifiedNameProvider gives for `node`, asked of its scope (qualified.py)."""
-        scope = self.scope(node)
-        if scope is None:
-            return set()
-        return scope.get_qualified_names_for(node)
+        found = self._qualified.get(node)
+        if found is None:
+            scope = self.scope(node)
+            found = set() if scope is None else scope.get_qualified_names_for(node)
+            self._qualified[node] = found
+        return found
 
     def canonical(self, node: cst.CSTNode) -> str | None:
         """The one imported qualified name of an expression, or None (local, ambiguous, unknown)."""
