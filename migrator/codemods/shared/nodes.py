@@ -60,15 +60,20 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     return iter(found)
 
 
-def small_statements(module: cst.Module) -> Iterator[cst.BaseSmallStatement]:
-    """Every simple statement of the module (`import x`, `a = b`), in function and class bodies
-    and every branch too, without entering a single expression: a survey of imports is then a
-    walk over lines, not over every name and call of a long file."""
-    stack: list[object] = [module]
+def small_statements(
+    root: cst.CSTNode, skip: tuple[type[cst.CSTNode], ...] = ()
+) -> Iterator[cst.BaseSmallStatement]:
+    """Every simple statement under `root`, a module or a block (`import x`, `a = b`), in
+    function and class bodies and every branch too, except inside statements of the `skip`
+    types, without entering a single expression: a survey of imports is then a walk over lines,
+    not over every name and call of a long file."""
+    stack: list[object] = [root]
     while stack:
         node = stack.pop()
         if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             yield from node.body
+            continue
+        if skip and isinstance(node, skip):
             continue
         for field in _BLOCK_FIELDS:
             value = getattr(node, field, None)

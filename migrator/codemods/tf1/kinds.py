@@ -16,6 +16,7 @@ from libcst.metadata import Assignment
 from migrator.codemods.shared import api
 from migrator.codemods.shared.api import Kind
 from migrator.codemods.shared.context import FileContext
+from migrator.codemods.shared.nodes import small_statements
 
 
 class OptimizerKinds:
@@ -86,9 +87,7 @@ class OptimizerKinds:
         if cls is None:
             return None
         values = []
-        stack: list[cst.CSTNode] = [cls.body]
-        while stack:
-            node = stack.pop()
+        for node in small_statements(cls.body, skip=(cst.ClassDef,)):
             if isinstance(node, cst.Assign):
                 for target in node.targets:
                     t = target.target
@@ -99,8 +98,6 @@ class OptimizerKinds:
                         and t.value.value == "self"
                     ):
                         values.append(node.value)
-            elif not isinstance(node, (cst.ClassDef, cst.BaseExpression)):
-                stack.extend(node.children)
         return _agreed({self._flavour(v, seen) for v in values})
 
     def _through_module_alias(self, func: cst.BaseExpression) -> str | None:

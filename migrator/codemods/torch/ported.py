@@ -18,19 +18,13 @@ from migrator.codemods.torch.names import LIBRARY, PORTED
 
 def _imports_library(module: cst.Module) -> bool:
     """Whether any import statement of the module names npu_lossscale.torch (cheap: no metadata)."""
-    stack: list[cst.CSTNode] = [module]
-    while stack:
-        node = stack.pop()
+    for node in nodes.small_statements(module):
         if isinstance(node, cst.Import):
             if any(nodes.dotted(a.name).startswith(LIBRARY) for a in node.names):
                 return True
         elif isinstance(node, cst.ImportFrom):
             if node.module is not None and nodes.dotted(node.module).startswith(LIBRARY):
                 return True
-        elif isinstance(node, cst.SimpleStatementLine):
-            stack.extend(node.body)
-        elif not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement)):
-            stack.extend(node.children)
     return False
 
 
