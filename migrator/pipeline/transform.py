@@ -30,7 +30,7 @@ from migrator.codemods.shared.lines import remember_starts
 from migrator.codemods.shared.visiting import Wrapper
 from migrator.codemods.targets import npu_bridge
 from migrator.findings import Finding, MigrationResult, SourceError
-from migrator.pipeline import cst_parse, slicing
+from migrator.pipeline import cst_parse, outline, slicing
 from migrator.selection import hand_loss_scale, torch_hand_loss_scale, unscaled_gradients
 from migrator.selection.keras_helpers import KerasHelper
 from migrator.selection.prefilter import might_need_loss_scale_port, might_need_torch_port
@@ -158,8 +158,13 @@ def prepare_source(
 
     `facts_only`: the file is here for the plan alone (the ast triage found nothing the ports could
     change or report in it on its own, migrator.selection.triage), so only its plan facts are
-    read; its port is the file unchanged, as the ports would have found.
+    read; its port is the file unchanged, as the ports would have found. Without `global_step`
+    in its text those facts are its classes, read from its outline (migrator.pipeline.outline).
     """
+    if facts_only and b"global_step" not in source:
+        prepared = _outline_facts(source, path)
+        if prepared is not None:
+            return prepared
     if not whole and options.add_loss_scale is None and b"global_step" not in source:
         view = slicing.view_of(source)
         if view is not None:
@@ -170,6 +175,21 @@ def prepare_source(
                 facts = dataclasses.replace(facts, loss_scale_lines=lines)
                 return dataclasses.replace(prepared, facts=facts, view=view)
     return _prepare(source, path, options, facts_only)
+
+
+def _outline_facts(source: bytes, path: str) -> PreparedFile | None:
+    """The plan facts of a file here for the plan alone, from its outline; None where it has no
+    outline, or the outline does not parse (then the whole file is read, as before), and where
+    the notes of an earlier move are read from its text (global_step.scan)."""
+    short = outline.outline(source) if b"npu-migrate:" not in source else None
+    if short is None:
+        return None
+    try:
+        prepared = _prepare(short, path, MigrateOptions(), facts_only=True)
+    except SourceError:
+        return None
+    unchanged = MigrationResult(path=path, old_source=source, new_source=source, findings=[])
+    return PreparedFile(path, source, prepared.facts, unchanged)
 
 
 def _prepare(
