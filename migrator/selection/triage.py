@@ -29,7 +29,7 @@ from migrator import registry
 from migrator.selection import hand_loss_scale, torch_hand_loss_scale
 from migrator.selection.prefilter import might_need_loss_scale_added
 from migrator.sources import pytree
-from migrator.sources.module_paths import module_files, norm
+from migrator.sources.module_paths import Paths, module_files, norm
 
 _SPELLINGS = (*registry.tf_spellings(), *registry.torch_spellings())
 
@@ -246,7 +246,7 @@ def _uses_step(found: _Names) -> bool:
     )
 
 
-def _targets(source: bytes, importer: str, paths: set[str]) -> set[str]:
+def _targets(source: bytes, importer: str, paths: Paths) -> set[str]:
     found = _read(source)
     if found is None:
         return set()
@@ -267,7 +267,7 @@ def widen(candidates: dict[str, tuple[bytes, bool]], full: dict[str, bytes]) -> 
     """
     left = {norm(p): (p, *v) for p, v in candidates.items()}
     seen = {norm(p): d for p, d in full.items()}
-    paths = left.keys() | seen.keys()
+    paths = Paths(left.keys() | seen.keys())
     back: set[str] = set()
     new = dict(seen)
     while left and new:

@@ -37,7 +37,7 @@ from migrator.selection.half_moves import moved_updates
 from migrator.selection.prefilter import (
     GLOBAL_STEP_TRIGGERS as GLOBAL_STEP_TRIGGERS,  # contract name
 )
-from migrator.sources.module_paths import module_files, norm
+from migrator.sources.module_paths import Paths, module_files, norm
 
 MOVE = registry.GLOBAL_STEP_MOVE
 MANUAL = registry.GLOBAL_STEP_MANUAL
@@ -186,10 +186,11 @@ class _Resolver:
 
     def __init__(self, facts: Iterable[GlobalStepFacts]) -> None:
         self.files = {f.path: f for f in facts}
+        self.paths = Paths(self.files)
         self.classes = {(f.path, c.name): c for f in self.files.values() for c in f.classes}
 
     def module_path(self, module: str, importer: str) -> tuple[str | None, str]:
-        found = module_files(module, importer, self.files)
+        found = module_files(module, importer, self.paths)
         if len(found) == 1:
             return found[0], ""
         if found:
