@@ -259,6 +259,20 @@ def is_cheap_to_finish(prepared: PreparedFile, plan: ProjectPlan) -> bool:
     return not global_step.touches(_step_plan(prepared, plan), prepared.path)
 
 
+NO_PLAN = ProjectPlan(global_step=global_step.GlobalStepPlan())
+"""A plan that moves nothing and warns about nothing: `finish` under it gives a file's result
+before the project plan is known, which is its final result unless `plan_matters`."""
+
+
+def plan_matters(prepared: PreparedFile, plan: ProjectPlan) -> bool:
+    """Whether `finish` under `plan` differs from `finish` under NO_PLAN: the global-step move
+    edits the file or warns about it (the plan enters `finish` through nothing else)."""
+    step_plan = _step_plan(prepared, plan)
+    return global_step.touches(step_plan, prepared.path) or bool(
+        global_step.plan_warnings(step_plan, prepared.path)
+    )
+
+
 def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> MigrationResult:
     """Combine a prepared file with the project plan into the file's final result."""
     result = _finish(prepared, plan, options)

@@ -11,13 +11,14 @@ import json
 import os
 import re
 import select
+import shutil
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import cli_env, run_cli
+from cli_runner import MIGRATOR_FIXTURES, cli_env, run_cli
 
 PORTABLE = (
     b"import tensorflow as tf\n"
@@ -384,6 +385,26 @@ def test_jobs_1_and_2_give_the_same_output(tmp_path: Path) -> None:
     for r in reports:
         del r["summary"]["seconds"]
     assert reports[0] == reports[1]
+
+
+def test_jobs_1_and_2_agree_where_the_plan_moves_a_step_or_warns(tmp_path: Path) -> None:
+    # In worker processes a file is finished before the project plan is known; the plan's moves
+    # (across files) and its warnings must still land, as in one process.
+    shutil.copytree(MIGRATOR_FIXTURES / "bert", tmp_path, dirs_exist_ok=True)
+    make_tree(tmp_path, {f"m{i}.py": PORTABLE for i in range(4)})
+    one = run_cli(".", "--jobs", "1", "--report", "one.json", cwd=tmp_path)
+    two = run_cli(".", "--jobs", "2", "--report", "two.json", cwd=tmp_path)
+    assert one.returncode == two.returncode == 0, two.stderr
+    assert one.stdout == two.stdout
+    reports = [json.loads((tmp_path / n).read_text()) for n in ("one.json", "two.json")]
+    for r in reports:
+        del r["summary"]["seconds"]
+    assert reports[0] == reports[1]
+    found = {
+        (f["path"], c["rule"]) for f in reports[1]["files"] for c in f["changes"] + f["warnings"]
+    }
+    assert ("crossfile/custom_opt.py", "global-step-move") in found  # a class the plan edits
+    assert ("negative/cond_other.py", "global-step-manual") in found  # a plan warning
 
 
 def test_quiet_keeps_errors_and_drops_the_summary(tmp_path: Path) -> None:
