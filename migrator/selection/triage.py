@@ -206,9 +206,8 @@ def verdict(source: bytes, *, add_loss_scale: bool = False) -> Verdict:
     return "step" if _uses_step(found) else "clear"
 
 
-# verdict() reads every admitted file, then widen() reads them again: a cache smaller than the
-# admitted set (426 files of a dense 4,600-file tree) would parse a quarter of them twice.
-@functools.lru_cache(maxsize=2048)
+# verdict() then imports() read each admitted file, one right after the other.
+@functools.lru_cache(maxsize=8)
 def _read(source: bytes) -> _Names | None:
     try:
         # ast.parse takes undecodable bytes that libcst refuses: check the decoding as it will.
@@ -246,18 +245,25 @@ def _uses_step(found: _Names) -> bool:
     )
 
 
-def _targets(source: bytes, importer: str, paths: Paths) -> set[str]:
+def imports(source: bytes) -> frozenset[str]:
+    """The modules the file imports that the global-step plan may look up among the run's files
+    (`widen` takes them; none for a file that does not parse)."""
     found = _read(source)
-    if found is None:
-        return set()
+    return frozenset(found.modules) if found is not None else frozenset()
+
+
+def _targets(modules: frozenset[str], importer: str, paths: Paths) -> set[str]:
     out: set[str] = set()
-    for module in found.modules:
+    for module in modules:
         out.update(module_files(module, importer, paths))
     return out
 
 
-def widen(candidates: dict[str, tuple[bytes, bool]], full: dict[str, bytes]) -> set[str]:
-    """Which cleared or step-only files the global-step plan must see beside the `full` ones.
+def widen(
+    candidates: dict[str, tuple[frozenset[str], bool]], full: dict[str, frozenset[str]]
+) -> set[str]:
+    """Which cleared or step-only files the global-step plan must see beside the `full` ones,
+    each given with its `imports`.
 
     The plan resolves a function's optimizer class through the importing file's imports, so a
     file a seen file may import is put back (with its class facts, and the fact that it was
@@ -266,22 +272,22 @@ def widen(candidates: dict[str, tuple[bytes, bool]], full: dict[str, bytes]) -> 
     Repeated until nothing changes. Paths are compared as the plan compares them.
     """
     left = {norm(p): (p, *v) for p, v in candidates.items()}
-    seen = {norm(p): d for p, d in full.items()}
+    seen = {norm(p): m for p, m in full.items()}
     paths = Paths(left.keys() | seen.keys())
     back: set[str] = set()
     new = dict(seen)
     while left and new:
         reached: set[str] = set()
-        for path, source in new.items():
-            reached |= _targets(source, path, paths)
+        for path, modules in new.items():
+            reached |= _targets(modules, path, paths)
         found = {p for p in left if p in reached}
         found |= {
             p
-            for p, (_, source, step) in left.items()
-            if step and _targets(source, p, paths) & seen.keys()
+            for p, (_, modules, step) in left.items()
+            if step and _targets(modules, p, paths) & seen.keys()
         }
         popped = {p: left.pop(p) for p in found}
-        new = {p: source for p, (_, source, _) in popped.items()}
+        new = {p: modules for p, (_, modules, _) in popped.items()}
         seen.update(new)
         back.update(original for original, _, _ in popped.values())
     return back

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_runner import MIGRATOR_FIXTURES, run_cli
 
-from migrator.pipeline.runner import _migrate_all, _triage
+from migrator.pipeline.runner import TRIAGE_FILES_PER_WORKER, _migrate_all, _triage
 from migrator.pipeline.transform import MigrateOptions
 from migrator.selection.prefilter import might_need_migration
 from migrator.sources.files import SourceFile
@@ -164,3 +164,15 @@ def test_plan_facts_alone_give_the_same_outcomes_on_a_project(tmp_path: Path):
     assert facts_only == whole
     # Not vacuous: the move resolved WarmupAdam through opt.py's class facts.
     assert plan.global_step is not None and plan.global_step.moves, plan
+
+
+def test_the_triage_in_two_processes_splits_a_project_as_one_process_does(tmp_path: Path):
+    flags = {f"flags{i:03d}": FLAG_FILE for i in range(2 * TRIAGE_FILES_PER_WORKER)}
+    admitted = _project(tmp_path, more=STEP_FILE, **flags)
+    assert len(admitted) // TRIAGE_FILES_PER_WORKER >= 2  # enough files for two workers
+    one = _triage(admitted, add_loss_scale=False, jobs=1)
+    two = _triage(admitted, add_loss_scale=False, jobs=2)
+    assert two == one
+    # Not vacuous: put back for the plan through the imports the workers read.
+    assert sorted(Path(p).name for p in two[1]) == ["more.py", "opt.py"]
+    assert len(two[2]) == 2 * TRIAGE_FILES_PER_WORKER
