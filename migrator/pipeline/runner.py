@@ -449,7 +449,8 @@ def _triage_all(items: list[tuple[bytes, bool]], jobs: int) -> list[tuple[Verdic
         try:
             with ProcessPoolExecutor(max_workers=workers, initializer=_watch_parent) as pool:
                 chunksize = max(1, len(items) // (workers * 8))
-                done.extend(pool.map(_triage_one, items, chunksize=chunksize))
+                for one in pool.map(_triage_one, items, chunksize=chunksize):
+                    done.append(one)
         except BrokenProcessPool:
             pass
     return done + [_triage_one(item) for item in items[len(done) :]]
