@@ -158,10 +158,10 @@ def prepare_source(
 
     `facts_only`: the file is here for the plan alone (the ast triage found nothing the ports could
     change or report in it on its own, migrator.selection.triage), so only its plan facts are
-    read; its port is the file unchanged, as the ports would have found. Without `global_step`
-    in its text those facts are its classes, read from its outline (migrator.pipeline.outline).
+    read, from its outline (migrator.pipeline.outline); its port is the file unchanged, as the
+    ports would have found.
     """
-    if facts_only and b"global_step" not in source:
+    if facts_only:
         prepared = _outline_facts(source, path)
         if prepared is not None:
             return prepared

@@ -1,13 +1,15 @@
 """The outline of a file kept for the plan alone (migrator.pipeline.outline) must give the plan
 exactly the facts the whole file gives.
 
-Every fixture without `global_step` in its text is read both ways; hand-written modules pin down
-what is blanked and what is kept, and the `global` statements that make a file unsafe to outline.
+Every fixture is read both ways; hand-written modules pin down what is blanked and what is kept:
+step functions, names imports bind to what the facts are read from, `global` statements, and
+names defined twice.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from migrator.pipeline import outline, transform
 FIXTURES = sorted(
     p
     for p in MIGRATOR_FIXTURES.rglob("*.py")
-    if "expected" not in p.parts and b"global_step" not in p.read_bytes()
+    if "expected" not in p.parts and b"npu-migrate:" not in p.read_bytes()
 )
 OUTLINED = [p for p in FIXTURES if outline.outline(p.read_bytes()) is not None]
 
@@ -122,31 +124,26 @@ class Mine(Base):
         return 1
 """
 
-# The class kept whole reads `tf`, which only the function's `global` import binds.
-GLOBAL_IMPORT = b"""\
-def load():
-    global tf
-    import tensorflow as tf
+
+def test_a_function_saying_global_is_kept_whole() -> None:
+    short = outline.outline(GLOBAL_BASE)
+    assert short is not None
+    assert b"    global Base\n    from opt.lib import Fancy as Base\n" in short
+    assert b"return 1" not in short  # the class body is blanked
+    prepared = transform.prepare_source(GLOBAL_BASE, path="opt.py", facts_only=True)
+    assert prepared.facts == transform.scan_source(GLOBAL_BASE, path="opt.py")
 
 
-class Steps(object):
-    def apply_gradients(self, grads_and_vars, step=None, name=None):
-        updates = [v.assign_sub(g) for g, v in grads_and_vars]
-        return tf.group(*updates, name=name)
-"""
+def _without(monkeypatch: pytest.MonkeyPatch, pattern: bytes) -> None:
+    """Let the outline blank bodies that spell `pattern` (what the tests below show it must not)."""
+    kept = outline._KEEP.pattern.replace(pattern + b"|", b"")
+    assert kept != outline._KEEP.pattern
+    monkeypatch.setattr(outline, "_KEEP", re.compile(kept))
 
 
-@pytest.mark.parametrize("source", [GLOBAL_BASE, GLOBAL_IMPORT], ids=["base", "kept-class"])
-def test_a_global_statement_binding_what_a_class_reads_keeps_the_whole_file(source: bytes) -> None:
-    assert outline.outline(source) is None
-    prepared = transform.prepare_source(source, path="opt.py", facts_only=True)
-    assert prepared.facts == transform.scan_source(source, path="opt.py")
-
-
-def test_the_facts_would_differ_without_the_global_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    # What the check guards against: the outline, had it been made, reads another base.
+def test_the_facts_would_differ_without_keeping_global(monkeypatch: pytest.MonkeyPatch) -> None:
     whole = transform.scan_source(GLOBAL_BASE, path="opt.py")
-    monkeypatch.setattr(outline, "_binds_what_classes_read", lambda tree, lines: False)
+    _without(monkeypatch, rb"\bglobal\b")
     unguarded = outline.outline(GLOBAL_BASE)
     assert unguarded is not None
     assert [b.kind for b in whole.classes[0].bases] == ["unknown"]
@@ -155,11 +152,93 @@ def test_the_facts_would_differ_without_the_global_check(monkeypatch: pytest.Mon
     ]
 
 
-def test_a_global_statement_for_another_name_does_not_prevent_the_outline() -> None:
-    source = GLOBAL_BASE.replace(b"global Base", b"global count").replace(b"as Base", b"as count")
-    assert outline.outline(source) is not None
-    prepared = transform.prepare_source(source, path="opt.py", facts_only=True)
-    assert prepared.facts == transform.scan_source(source, path="opt.py")
+# A step function (kept, with its optimizer class), another that reaches the step getter only
+# through an import's alias, and a helper that can hold no fact (blanked).
+STEPS = b"""\
+import tensorflow as tf
+from tensorflow.compat.v1.train import get_or_create_global_step as step_of
+
+from opt.lib import Fancy
+
+
+def build(loss):
+    global_step = tf.train.get_or_create_global_step()
+    optimizer = Fancy(0.1)
+    train_op = optimizer.minimize(loss)
+    return tf.group(train_op, global_step.assign_add(1))
+
+
+def build_aliased(loss):
+    step = step_of()
+    optimizer = Fancy(0.1)
+    train_op = optimizer.minimize(loss)
+    return tf.group(train_op, step.assign_add(1))
+
+
+def helper(x):
+    y = x * 2
+    return y
+
+
+class Trainer(object):
+    def train(self, loss, optimizer):
+        global_step = tf.train.get_or_create_global_step()
+        train_op = optimizer.minimize(loss)
+        return tf.group(train_op, global_step.assign_add(1))
+
+    def log(self, value):
+        print("loss", value)
+"""
+
+
+def test_step_functions_and_aliased_getters_are_kept_and_give_the_same_facts() -> None:
+    short = outline.outline(STEPS)
+    assert short is not None
+    assert b"global_step.assign_add(1)" in short and b"step.assign_add(1)" in short
+    assert b"y = x * 2" not in short and b'print("loss", value)' not in short
+    whole = transform.scan_source(STEPS, path="train.py")
+    assert [f.key for f in whole.functions] == ["build", "build_aliased", "Trainer.train"]
+    prepared = transform.prepare_source(STEPS, path="train.py", facts_only=True)
+    assert prepared.facts == whole
+
+
+def test_the_facts_would_differ_without_following_aliases(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outline, "_ALIAS", re.compile(rb"(?!)(\w+)(\w+)"))
+    unfollowed = outline.outline(STEPS)
+    assert unfollowed is not None
+    assert [f.key for f in transform.scan_source(unfollowed, path="train.py").functions] == [
+        "build",
+        "Trainer.train",
+    ]
+
+
+# The second `build` holds the step function `build.inner`, which the plan knows as
+# `build.inner#2` because the first `build` has an `inner` too.
+TWICE = b"""\
+import tensorflow as tf
+
+
+def build(loss):
+    def inner():
+        return loss
+    return inner
+
+
+def build(loss):
+    def inner(optimizer):
+        global_step = tf.train.get_or_create_global_step()
+        train_op = optimizer.minimize(loss)
+        return tf.group(train_op, global_step.assign_add(1))
+    return inner
+"""
+
+
+def test_a_name_defined_twice_is_kept_whole() -> None:
+    assert outline.outline(TWICE) is None
+    whole = transform.scan_source(TWICE, path="train.py")
+    assert [f.key for f in whole.functions] == ["build.inner#2"]
+    prepared = transform.prepare_source(TWICE, path="train.py", facts_only=True)
+    assert prepared.facts == whole
 
 
 def test_files_without_a_body_to_blank_or_that_do_not_parse_have_no_outline() -> None:
