@@ -92,13 +92,12 @@ def _body_row(statement: ast.stmt, lines: list[bytes]) -> int | None:
     """The 0-based line the body of a function or class starts on, when no part of the header
     shares it (`def f(): return 1` keeps its body)."""
     first = statement.body[0]  # type: ignore[attr-defined]
-    decorators = getattr(first, "decorator_list", [])
-    row = min([first.lineno, *(d.lineno for d in decorators)]) - 1
+    row = pytree.first_line(first) - 1
     if row >= len(lines) or row < statement.lineno:
         return None
     # A decorated or compound first statement cannot share the header's line; a simple one
     # can, after the colon.
-    if not decorators and lines[row][: first.col_offset].strip():
+    if row + 1 == first.lineno and lines[row][: first.col_offset].strip():
         return None
     return row
 

@@ -182,7 +182,7 @@ def _chunks(body: Sequence[ast.stmt], line_count: int) -> list[_Chunk] | None:
     chunks: list[_Chunk] = []
     reach = -1  # last 0-based line of the statements seen so far
     for statement in body:
-        first = min([statement.lineno, *(d.lineno for d in _decorators(statement))]) - 1
+        first = pytree.first_line(statement) - 1
         last = (statement.end_lineno or statement.lineno) - 1
         if chunks and first <= reach:
             chunks[-1].statements.append(statement)  # `a = 1; b = 2`, or a continuation
@@ -195,10 +195,6 @@ def _chunks(body: Sequence[ast.stmt], line_count: int) -> list[_Chunk] | None:
         chunk.stop = following.start
     chunks[-1].stop = line_count
     return chunks
-
-
-def _decorators(statement: ast.stmt) -> list[ast.expr]:
-    return list(getattr(statement, "decorator_list", []))
 
 
 def _kept(chunks: list[_Chunk], lines: list[bytes]) -> list[bool]:

@@ -267,9 +267,8 @@ before the project plan is known, which is its final result unless `plan_matters
 def plan_matters(prepared: PreparedFile, plan: ProjectPlan) -> bool:
     """Whether `finish` under `plan` differs from `finish` under NO_PLAN: the global-step move
     edits the file or warns about it (the plan enters `finish` through nothing else)."""
-    step_plan = _step_plan(prepared, plan)
-    return global_step.touches(step_plan, prepared.path) or bool(
-        global_step.plan_warnings(step_plan, prepared.path)
+    return not is_cheap_to_finish(prepared, plan) or bool(
+        global_step.plan_warnings(_step_plan(prepared, plan), prepared.path)
     )
 
 

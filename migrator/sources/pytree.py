@@ -18,6 +18,13 @@ def parse(source: bytes) -> ast.Module:
     return ast.parse(source)
 
 
+def first_line(statement: ast.stmt) -> int:
+    """The 1-based line a statement's code starts on: its first decorator's where it has any
+    (`ast` gives a decorated definition the line of its `def` or `class`)."""
+    decorators = getattr(statement, "decorator_list", [])
+    return min([statement.lineno, *(d.lineno for d in decorators)])
+
+
 def forget() -> None:
     """Drop the kept trees. Left in the cache, a 20,000-line module's tree made the interpreter's
     exit take a second longer than the whole port (freed object by object at shutdown)."""
