@@ -27,6 +27,7 @@ from migrator.codemods.port import (
 from migrator.codemods.shared.add_loss_scale_choice import manager_call
 from migrator.codemods.shared.codegen import bytes_of, code_of
 from migrator.codemods.shared.lines import remember_starts
+from migrator.codemods.shared.splice import ported_bytes
 from migrator.codemods.shared.visiting import Wrapper
 from migrator.codemods.targets import npu_bridge
 from migrator.findings import Finding, MigrationResult, SourceError
@@ -221,7 +222,9 @@ def _prepare(
     wrapper.resolve_many(wanted)
     facts = global_step.scan(wrapper, path, source=source)
     module, findings = _port(wrapper, source, path, options)
-    new = bytes_of(module) if any(f.kind == "change" for f in findings) else source
+    new = (
+        ported_bytes(module, tree, source) if any(f.kind == "change" for f in findings) else source
+    )
     ported = MigrationResult(path=path, old_source=source, new_source=new, findings=findings)
     return PreparedFile(path, source, facts, ported)
 
@@ -372,12 +375,16 @@ def _migrate_moved(
     moved, findings = global_step.rewrite(Wrapper(original), path, plan)
     ported, port_findings = _port(Wrapper(moved), source, path, options)
     if port_findings:
-        port_findings = _map_lines(port_findings, code_of(original), code_of(moved))
+        moved_code = ported_bytes(moved, original, source).decode(original.encoding)
+        port_findings = _map_lines(port_findings, code_of(original), moved_code)
     findings = _sorted([*findings, *port_findings])
     if not any(f.kind == "change" for f in findings):
         return MigrationResult(path=path, old_source=source, new_source=source, findings=findings)
     return MigrationResult(
-        path=path, old_source=source, new_source=bytes_of(ported), findings=findings
+        path=path,
+        old_source=source,
+        new_source=ported_bytes(ported, original, source),
+        findings=findings,
     )
 
 

@@ -176,6 +176,16 @@ def _remembered(module: cst.Module) -> Starts | None:
     return found[1] if found is not None and found[0] is module else None
 
 
+def code_starts(module: cst.Module) -> list[int] | None:
+    """The line the code of each top-level statement of a module just parsed begins on (its own
+    blank and comment lines first), from the tokenizer's pass; None where it was not remembered."""
+    starts = _remembered(module)
+    if starts is None:
+        return None
+    firsts = starts.top_level()
+    return [line - _own_lines_before_token(s) for line, s in zip(firsts, module.body)]
+
+
 PARTIAL_LOOKUPS = 1
 """Without the tokenizer's lines: lookups in one statement answered by generating its code up to
 the node (the analyzers ask a few lines per file, mostly in different statements); past that,
