@@ -11,7 +11,7 @@ from cst_nodes import all_nodes
 from libcst.metadata import ExpressionContextProvider, MetadataWrapper, ScopeProvider
 
 from migrator.codemods.shared.trivia import TRIVIA
-from migrator.codemods.shared.visiting import Wrapper, visit
+from migrator.codemods.shared.visiting import Wrapper, preorder, visit
 
 # Every kind of statement and expression the grammar has, or near enough: EXTRA, the fixtures and
 # some of the migrator's own modules.
@@ -218,6 +218,26 @@ def test_a_visitor_that_ignores_trivia_is_walked_past_it() -> None:
         skipped += len(theirs.calls) - len(real(theirs.calls))
     # only trivia in a field that may hold more (`import *`) is entered
     assert skipped > 20_000 and entered < skipped / 100
+
+
+def test_preorder_lists_what_a_visitor_ignoring_trivia_meets() -> None:
+    checked = 0
+    for module in modules():
+        blind = TriviaBlind()
+        visit(module, blind)
+        met, ends, open_ = [], [], []
+        for kind, node_id in blind.calls:
+            if kind == "visit":
+                open_.append(len(met))
+                met.append(node_id)
+                ends.append(0)
+            else:
+                ends[open_.pop()] = len(met)
+        nodes, their_ends = preorder(module)
+        assert [id(node) for node in nodes] == met
+        assert their_ends == ends
+        checked += len(nodes)
+    assert checked > 20_000
 
 
 def test_same_calls_as_libcst_with_a_method_on_the_instance() -> None:

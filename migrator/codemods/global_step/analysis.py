@@ -26,7 +26,6 @@ from migrator.codemods.global_step.tree import (
     indented_blocks,
     statement_owners,
 )
-from migrator.codemods.shared.visiting import visit
 
 _STEP_GETTERS = ("get_or_create_global_step", "get_global_step", "create_global_step")
 
@@ -57,7 +56,6 @@ class Analyzer(StepReader):
             self._module(node, [])
             return False
         index = Index(node)
-        visit(node, index)
         token = INDEX.set(index)
         try:
             self._module(node, index.functions)

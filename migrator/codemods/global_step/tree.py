@@ -14,7 +14,7 @@ import libcst as cst
 
 from migrator.codemods.global_step.exprs import name_of
 from migrator.codemods.shared.trivia import TRIVIA
-from migrator.codemods.shared.visiting import visit
+from migrator.codemods.shared.visiting import preorder, visit
 
 
 class Collector(cst.CSTVisitor):
@@ -34,44 +34,31 @@ class Collector(cst.CSTVisitor):
         return True
 
 
-class Index(cst.CSTVisitor):
+class Index:
     """Every node of a tree in visiting order with the end of its subtree, from one walk.
 
     The analysis asks for the nodes of some types below many roots; slicing this list gives the
-    same nodes in the same order as a walk below each root would, without walking again. The walk
-    also finds every function with the names of its enclosing defs, in source order.
+    same nodes in the same order as a walk below each root would, without walking again. The
+    index also lists every function with the names of its enclosing defs, in source order.
 
     Trivia (migrator.codemods.shared.trivia) is left out of the walk, and so of the index: asked
     for types a trivia node could be, or below a trivia root, `collect` says it cannot tell.
     """
 
-    IGNORES_TRIVIA = True
-
     def __init__(self, root: cst.CSTNode) -> None:
-        super().__init__()
-        self.root = root
-        self.nodes: list[cst.CSTNode] = []
-        self.ends: list[int] = []
-        self.start: dict[int, int] = {}
+        self.nodes, self.ends = preorder(root)
+        self.start = {id(node): i for i, node in enumerate(self.nodes)}
         self.functions: list[tuple[cst.FunctionDef, tuple[str, ...]]] = []
-        self._open: list[int] = []
-        self._path: tuple[str, ...] = ()
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.start[id(node)] = len(self.nodes)
-        self._open.append(len(self.nodes))
-        self.nodes.append(node)
-        self.ends.append(0)
-        if node is not self.root and _is_a(type(node), _DEFS):
-            self._path = (*self._path, node.name.value)
+        enclosing: list[tuple[int, tuple[str, ...]]] = []  # (end of a def, its path)
+        for i, node in enumerate(self.nodes):
+            if i == 0 or not _is_a(type(node), _DEFS):
+                continue
+            while enclosing and enclosing[-1][0] <= i:
+                enclosing.pop()
+            path = (*(enclosing[-1][1] if enclosing else ()), node.name.value)
+            enclosing.append((self.ends[i], path))
             if isinstance(node, cst.FunctionDef):
-                self.functions.append((node, self._path))
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.ends[self._open.pop()] = len(self.nodes)
-        if original_node is not self.root and _is_a(type(original_node), _DEFS):
-            self._path = self._path[:-1]
+                self.functions.append((node, path))
 
     def collect(
         self, root: cst.CSTNode, types: tuple[type, ...], enter_defs: bool

@@ -292,6 +292,36 @@ def _walk_with(
         leave(visitor, node)  # type: ignore[operator]
 
 
+def preorder(root: cst.CSTNode) -> tuple[list[cst.CSTNode], list[int]]:
+    """Every node from `root` down in the order a visitor that ignores trivia meets them, and
+    for each the position just past its subtree: the walk of such a visitor that only records
+    nodes, without its two method calls per node (a third of the cost)."""
+    nodes: list[cst.CSTNode] = []
+    ends: list[int] = []
+    pending: list[cst.CSTNode | int] = [root]  # an int: where the subtree begun there ends
+    while pending:
+        item = pending.pop()
+        if type(item) is int:
+            ends[item] = len(nodes)
+            continue
+        pending.append(len(nodes))
+        nodes.append(item)
+        ends.append(0)
+        children: list[cst.CSTNode] = []
+        for name, optional in _lean_fields(type(item)):
+            value = getattr(item, name)
+            if optional and value is None:
+                continue
+            kind = KINDS.get(type(value)) or field_kind(type(value))
+            if kind is NODE:
+                children.append(value)
+            elif kind is SEQUENCE:
+                children.extend(value)
+        children.reverse()
+        pending.extend(children)
+    return nodes, ends
+
+
 class _Table(dict[type, _Row]):
     """Rows made on first use from `build`'s entry. A `lean` table's visitor does nothing on
     trivia (migrator.codemods.shared.trivia), so its walk skips the fields that hold only
@@ -412,8 +442,14 @@ def _fields(node_type: type) -> _Fields:
 
 def _lean_fields(node_type: type) -> _Fields:
     """`_fields` less those that hold only trivia."""
-    skipped = trivia_fields(node_type)
-    return tuple(field for field in _fields(node_type) if field[0] not in skipped)
+    lean = _LEAN.get(node_type)
+    if lean is None:
+        skipped = trivia_fields(node_type)
+        lean = _LEAN[node_type] = tuple(f for f in _fields(node_type) if f[0] not in skipped)
+    return lean
+
+
+_LEAN: dict[type, _Fields] = {}
 
 
 def _visit_order(node_type: type) -> tuple[tuple[str, bool], ...]:
