@@ -281,8 +281,12 @@ def count_candidates(tree: Path) -> tuple[int, list, set[str]]:
 def libcst_cpu_seconds(parsed: list, for_plan: set[str]) -> list[float]:
     """CPU seconds of the libcst work on each file the triage keeps, in this process, one file at
     a time: its parse, metadata and codemods (`prepare_source`), then its part of the project plan
-    (`finish`). A file that fails to parse costs what it cost until it failed."""
+    (`finish`). A file that fails to parse costs what it cost until it failed. The garbage
+    collector runs as `npu-migrate` runs it (paused during a file, a young collection after it,
+    which is counted): under Python's default thresholds it would walk every file's trees many
+    times over, which the tool never does."""
     from migrator.findings import SourceError
+    from migrator.pipeline.runner import _one_file, collect_between_files
     from migrator.pipeline.transform import (
         MigrateOptions,
         finish,
@@ -299,15 +303,19 @@ def libcst_cpu_seconds(parsed: list, for_plan: set[str]) -> list[float]:
         except SourceError:
             continue
     plan = plan_from_facts(facts)
+    collect_between_files()
     seconds = []
     for source, data in parsed:
         start = time.process_time()
-        try:
-            only = source.display in for_plan
-            prepared = prepare_source(data, path=source.display, options=options, facts_only=only)
-            finish(prepared, plan, options)
-        except SourceError:
-            pass
+        with _one_file():
+            try:
+                only = source.display in for_plan
+                prepared = prepare_source(
+                    data, path=source.display, options=options, facts_only=only
+                )
+                finish(prepared, plan, options)
+            except SourceError:
+                pass
         seconds.append(time.process_time() - start)
     return seconds
 
