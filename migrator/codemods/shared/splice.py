@@ -10,14 +10,13 @@ generation either. Anything that pass could not pair with the tree falls back to
 
 from __future__ import annotations
 
+import codecs
 import itertools
 
 import libcst as cst
 
 from migrator.codemods.shared.codegen import bytes_of, node_code
 from migrator.codemods.shared.lines import code_starts
-
-_BOM = b"\xef\xbb\xbf"
 
 
 def ported_bytes(ported: cst.Module, parsed: cst.Module, source: bytes) -> bytes:
@@ -44,7 +43,7 @@ def _spans(parsed: cst.Module, source: bytes) -> tuple[int, int, dict[int, tuple
     for each top-level statement, as offsets in `source`; None where the tokenizer's lines are
     missing or do not pair with the tree."""
     firsts = code_starts(parsed)
-    if firsts is None or source.startswith(_BOM) or not source.endswith(b"\n"):
+    if firsts is None or source.startswith(codecs.BOM_UTF8) or not source.endswith(b"\n"):
         return None
     offsets = [0, *itertools.accumulate(len(line) for line in source.splitlines(keepends=True))]
     bounds = [*firsts, len(offsets) - len(parsed.footer)]  # lines each piece begins on
