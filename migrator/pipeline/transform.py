@@ -136,7 +136,9 @@ def scan_source(source: bytes, *, path: str) -> global_step.GlobalStepFacts | No
     except SourceError:
         return None
     # Just parsed, so nobody else holds the tree: no defensive copy (see `_prepare`).
-    return global_step.scan(Wrapper(module, unsafe_skip_copy=True), path, source=source)
+    return global_step.scan(
+        Wrapper(module, unsafe_skip_copy=True, source=source), path, source=source
+    )
 
 
 def plan_from_facts(facts: Iterable[global_step.GlobalStepFacts | None]) -> ProjectPlan:
@@ -198,7 +200,7 @@ def _prepare(
 ) -> PreparedFile:
     if facts_only:
         # No port, so none of its metadata; the scan asks for its own (often none at all).
-        wrapper = Wrapper(parse(source), unsafe_skip_copy=True)
+        wrapper = Wrapper(parse(source), unsafe_skip_copy=True, source=source)
         facts = global_step.scan(wrapper, path, source=source)
         unchanged = MigrationResult(path=path, old_source=source, new_source=source, findings=[])
         return PreparedFile(path, source, facts, unchanged)
@@ -211,7 +213,7 @@ def _prepare(
     # The tree was just parsed, so no node appears twice in it and nobody else holds it: the
     # defensive deep copy MetadataWrapper makes by default would only cost time.
     tree = parse(source)
-    wrapper = Wrapper(tree, unsafe_skip_copy=True)
+    wrapper = Wrapper(tree, unsafe_skip_copy=True, source=source)
     # libcst resolves metadata in rounds and walks the whole tree once per round, even a round
     # with nothing to walk for; asking for what every codemod needs at once saves those walks.
     wanted = set(global_step.metadata_needed(source, tree))

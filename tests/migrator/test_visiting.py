@@ -10,6 +10,7 @@ import libcst as cst
 from cst_nodes import all_nodes
 from libcst.metadata import ExpressionContextProvider, MetadataWrapper, ScopeProvider
 
+from migrator.codemods.shared import visiting
 from migrator.codemods.shared.trivia import TRIVIA
 from migrator.codemods.shared.visiting import Wrapper, preorder, visit
 
@@ -164,14 +165,19 @@ class BatchedOneHook(CallHooks, cst.BatchableCSTVisitor):
     pass
 
 
-def modules() -> list[cst.Module]:
-    found = [cst.parse_module(EXTRA)]
+def parsed() -> list[tuple[bytes, cst.Module]]:
+    found = [(EXTRA, cst.parse_module(EXTRA))]
     for path in SOURCES:
+        source = path.read_bytes()
         try:
-            found.append(cst.parse_module(path.read_bytes()))
+            found.append((source, cst.parse_module(source)))
         except cst.ParserSyntaxError:
             continue  # fixtures that do not parse on purpose
     return found
+
+
+def modules() -> list[cst.Module]:
+    return [module for _, module in parsed()]
 
 
 def _same_calls(module: cst.Module, make: Callable[[], cst.CSTVisitor]) -> list:
@@ -330,6 +336,8 @@ def _scope_facts(mapping: Mapping[cst.CSTNode, object], module: cst.Module) -> t
                 (
                     repr(name(access.node)),
                     access._index,
+                    access.is_annotation,
+                    access.is_type_hint,
                     tuple(
                         sorted(
                             (r.name, repr(name(getattr(r, "node", None)))) for r in access.referents
@@ -354,8 +362,21 @@ def test_scope_metadata_is_libcst_s() -> None:
     assert dict(ours_contexts) == dict(theirs_contexts)
     assert len(ours_contexts) > 1_000
     accesses = 0
-    for module in modules():
-        ours = Wrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+    hints = []
+    for source in (TYPED, TYPED.replace(b"typing", b"hinting")):
+        module = cst.parse_module(source)
+        ours = Wrapper(module, unsafe_skip_copy=True, source=source).resolve(ScopeProvider)
+        theirs = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+        facts = _scope_facts(ours, module)
+        assert facts == _scope_facts(theirs, module)
+        hints.append(sum(a[3] for _, found in facts[1].values() for a in found))
+    # TypeVar's "Model" and int, NewType's and cast's "Model", and Literal, a subscripted typing
+    # name: what typing's names change is in the comparison.
+    assert hints == [5, 0]
+    for source, module in parsed():
+        # Given the bytes, a file that never spells `typing` skips the scope analysis's questions
+        # about it (one that does must not, which TYPED checks).
+        ours = Wrapper(module, unsafe_skip_copy=True, source=source).resolve(ScopeProvider)
         theirs = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
         # The scope of trivia is not recorded (nothing asks it), all the rest is libcst's.
         assert not any(type(node) in TRIVIA for node in ours)
@@ -364,3 +385,19 @@ def test_scope_metadata_is_libcst_s() -> None:
         assert facts == _scope_facts(theirs, module)
         accesses += sum(len(found) for _, found in facts[1].values())
     assert accesses > 5_000
+    assert visiting._TYPING_QUESTIONS_ARE_KNOWN  # the pinned libcst: the skip is what is tested
+
+
+# typing's NewType, TypeVar, cast and Literal change what the scope analysis records: the string
+# arguments of the first three are read as type hints (accesses of `Model`), Literal's are not
+# read at all.
+TYPED = b"""
+import typing
+from typing import Literal, NewType as Kind, cast
+T = typing.TypeVar("T", "Model", int)
+Id = Kind("Id", "Model")
+m = cast("Model", object())
+x: typing.List["Model"] = []
+y: Literal["Model"] = "Model"
+class Model: pass
+"""
