@@ -10,7 +10,7 @@ import libcst as cst
 from cst_nodes import all_nodes
 from libcst.metadata import ExpressionContextProvider, MetadataWrapper, ScopeProvider
 
-from migrator.codemods.shared import visiting
+from migrator.codemods.shared import untyped_scope
 from migrator.codemods.shared.trivia import TRIVIA
 from migrator.codemods.shared.visiting import Wrapper, preorder, visit
 
@@ -385,7 +385,7 @@ def test_scope_metadata_is_libcst_s() -> None:
         assert facts == _scope_facts(theirs, module)
         accesses += sum(len(found) for _, found in facts[1].values())
     assert accesses > 5_000
-    assert visiting._TYPING_QUESTIONS_ARE_KNOWN  # the pinned libcst: the skip is what is tested
+    assert untyped_scope.KNOWN  # the pinned libcst: the skip is what is tested
 
 
 # typing's NewType, TypeVar, cast and Literal change what the scope analysis records: the string

@@ -48,6 +48,7 @@ from libcst.metadata import MetadataWrapper
 from libcst.metadata.base_provider import ProviderT
 from libcst.metadata.scope_provider import _ASSIGNMENT_LIKE_NODES, ScopeVisitor
 
+from . import untyped_scope
 from .parents import KINDS, NODE, SEQUENCE, field_kind
 from .trivia import TRIVIA, trivia_fields
 
@@ -360,7 +361,7 @@ def _dispatch_table(visitor: cst.CSTVisitor) -> _Table:
     if isinstance(visitor, _Batched):
         return visitor.table
     visitor_type = type(visitor)
-    if visitor_type is ScopeVisitor and not _typing_spelled and _TYPING_QUESTIONS_ARE_KNOWN:
+    if visitor_type is ScopeVisitor and not _typing_spelled and untyped_scope.KNOWN:
         return _UNTYPED_SCOPE_TABLE
     if any(key.startswith(("visit_", "leave_")) for key in getattr(visitor, "__dict__", ())):
         return _Table(lambda _: (visitor_type.on_visit, False, visitor_type.on_leave), lean=False)
@@ -420,76 +421,15 @@ def _scope_leave(node_type: type) -> Callable[[ScopeVisitor, cst.CSTNode], None]
     return leave
 
 
-# libcst's scope analysis asks, at every call, for the qualified names of what is called (the
-# arguments of typing's NewType, TypeVar and cast are type hints), and at every subscript of a
-# name whether it names a typing generic: 50,000 lookups over the dense tree's libcst files. A
-# qualified name is built from the identifiers of the code (an import's module and names, the
-# classes and functions around a local name) or is `builtins.` one, so in a file that never
-# spells `typing` every answer is no, and the two methods only push what they push then. Used
-# while a `Wrapper` given such a file's bytes resolves, and only while libcst's methods read
-# exactly so.
-_SCOPE_VISIT_CALL = """def visit_Call(self, node: cst.Call) -> Optional[bool]:
-    self.__top_level_attribute_stack.append(None)
-    self.__in_type_hint_stack.append(False)
-    qnames = {qn.name for qn in self.scope.get_qualified_names_for(node)}
-    if "typing.NewType" in qnames or "typing.TypeVar" in qnames:
-        node.func.visit(self)
-        self.__in_type_hint_stack[-1] = True
-        for arg in node.args[1:]:
-            arg.visit(self)
-        return False
-    if "typing.cast" in qnames:
-        node.func.visit(self)
-        if len(node.args) > 0:
-            self.__in_type_hint_stack.append(True)
-            node.args[0].visit(self)
-            self.__in_type_hint_stack.pop()
-            for arg in node.args[1:]:
-                arg.visit(self)
-        return False
-    return True
-"""
-_SCOPE_VISIT_SUBSCRIPT = """def visit_Subscript(self, node: cst.Subscript) -> Optional[bool]:
-    in_type_hint = False
-    if isinstance(node.value, cst.Name):
-        qnames = {qn.name for qn in self.scope.get_qualified_names_for(node.value)}
-        if any(qn.startswith(("typing.", "typing_extensions.")) for qn in qnames):
-            in_type_hint = True
-        if "typing.Literal" in qnames or "typing_extensions.Literal" in qnames:
-            self.__in_ignored_subscript.add(node)
-
-    self.__in_type_hint_stack.append(in_type_hint)
-    return True
-"""
-_TYPING_QUESTIONS_ARE_KNOWN = all(
-    textwrap.dedent(inspect.getsource(method)) == known
-    for method, known in (
-        (ScopeVisitor.visit_Call, _SCOPE_VISIT_CALL),
-        (ScopeVisitor.visit_Subscript, _SCOPE_VISIT_SUBSCRIPT),
-    )
-)
 # Whether the file a `Wrapper` is resolving metadata for spells `typing` (True: not known).
 _typing_spelled = True
 
 
-def _untyped_visit_call(visitor: ScopeVisitor, node: cst.Call) -> bool:
-    visitor._ScopeVisitor__top_level_attribute_stack.append(None)  # type: ignore[attr-defined]
-    visitor._ScopeVisitor__in_type_hint_stack.append(False)  # type: ignore[attr-defined]
-    return True
-
-
-def _untyped_visit_subscript(visitor: ScopeVisitor, node: cst.Subscript) -> bool:
-    visitor._ScopeVisitor__in_type_hint_stack.append(False)  # type: ignore[attr-defined]
-    return True
-
-
-_UNTYPED = {cst.Call: _untyped_visit_call, cst.Subscript: _untyped_visit_subscript}
-
-
 def _untyped_scope_entry(node_type: type) -> _Entry:
-    """The scope analysis's entry for a file that never spells `typing` (see above)."""
+    """The scope analysis's entry for a file that never spells `typing`
+    (migrator.codemods.shared.untyped_scope)."""
     enter, is_visit_method, leave = _entry(ScopeVisitor, node_type)
-    return _UNTYPED.get(node_type, enter), is_visit_method, leave
+    return untyped_scope.METHODS.get(node_type, enter), is_visit_method, leave
 
 
 def _ignores_trivia(visitor_type: type, build: Callable[[type], _Entry]) -> bool:
