@@ -117,14 +117,23 @@ def finish_one(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOption
         result, error = _guarded(lambda: finish(prepared, plan, options), _user_bytes(prepared))
         if result is not None and result.changed:
             # Calls whose opening bracket moved keep their continuation lines aligned with it.
+            starts = _user_starts(prepared)
             result = dataclasses.replace(
-                result, new_source=realign(result.old_source, result.new_source)
+                result, new_source=realign(result.old_source, result.new_source, starts)
             )
-            starts = prepared.view.starts if prepared.view is not None else None
             error = output_error(result.old_source, result.new_source, starts)
             if error is not None:
                 return None, error
     return result, error
+
+
+def _user_starts(prepared: PreparedFile) -> tuple[int, ...] | None:
+    """Where the top-level statements of `_user_bytes` start (0-based lines), where known."""
+    if prepared.view is not None:
+        return prepared.view.starts
+    if prepared.original is None:
+        return prepared.starts or None
+    return None
 
 
 def _user_bytes(prepared: PreparedFile) -> bytes:

@@ -127,6 +127,10 @@ class PreparedFile:
     # (migrator.pipeline.slicing): `source` and `ported` are then the view's, and `finish` puts the
     # result back in the file.
     view: slicing.View | None = None
+    # The 0-based lines of `source` at which its top-level statements start, from the tokenizer's
+    # pass (migrator.sources.limits); empty where not known. The checks of a port read only the
+    # statements it changed (migrator.sources.spans).
+    starts: tuple[int, ...] = ()
 
 
 def scan_source(source: bytes, *, path: str) -> global_step.GlobalStepFacts | None:
@@ -228,7 +232,13 @@ def _prepare(
         ported_bytes(module, tree, source) if any(f.kind == "change" for f in findings) else source
     )
     ported = MigrationResult(path=path, old_source=source, new_source=new, findings=findings)
-    return PreparedFile(path, source, facts, ported)
+    return PreparedFile(path, source, facts, ported, starts=_top_level_starts(source))
+
+
+def _top_level_starts(source: bytes) -> tuple[int, ...]:
+    # The file was just parsed, so the tokenizer's pass is remembered (limits measures it once).
+    starts = limits.statement_starts(source)
+    return tuple(line - 1 for line in starts.top_level()) if starts is not None else ()
 
 
 def _port(

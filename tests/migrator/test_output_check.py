@@ -1,5 +1,5 @@
-"""The check that a ported module parses, by its changed region alone (a long file's path) against
-parsing the whole module: the same verdict for every edit of a real module, anywhere in it."""
+"""The check that a ported module parses, by its changed regions alone against parsing the whole
+module: the same verdict for every edit of a real module, anywhere in it."""
 
 from __future__ import annotations
 
@@ -80,6 +80,12 @@ def test_the_changed_region_gives_the_whole_module_verdict(edit) -> None:
         whole = output_error(OLD, new)
         assert (output_error(OLD, new, STARTS) is None) == (whole is None), (index, LINES[index])
         broken += whole is not None
+        # With an import added near the top as well: two regions, each parsed on its own.
+        top = STARTS[3]
+        if index > top:
+            two = b"".join([*LINES[:top], b"import os\n", *new.splitlines(keepends=True)[top:]])
+            verdict = output_error(OLD, two, STARTS)
+            assert (verdict is None) == (output_error(OLD, two) is None), (index, LINES[index])
     assert broken or edit is EDITS["a new statement"]
 
 

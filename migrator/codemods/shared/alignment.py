@@ -15,11 +15,13 @@ import dataclasses
 import difflib
 import io
 import tokenize
+from collections.abc import Sequence
+
+from migrator.sources.spans import changed_spans, differing_runs
 
 OPENERS, CLOSERS = "([{", ")]}"
-# A replaced line is paired with one of the next PAIRING_WINDOW old lines at least SIMILAR alike;
-# after a difference the two files are matched up again within RESYNC lines.
-PAIRING_WINDOW, SIMILAR, RESYNC = 4, 0.6, 200
+# A replaced line is paired with one of the next PAIRING_WINDOW old lines at least SIMILAR alike.
+PAIRING_WINDOW, SIMILAR = 4, 0.6
 FSTRING_START = getattr(tokenize, "FSTRING_START", -1)
 FSTRING_END = getattr(tokenize, "FSTRING_END", -1)
 
@@ -79,34 +81,17 @@ def _indent(line: str) -> int | None:
 
 def _old_rows(old: list[str], new: list[str]) -> dict[int, int] | None:
     """new line -> old line (1-based): lines kept, and each replaced line paired with the next
-    similar old line of its segment (a renamed call, an argument that gained a comma); the new
-    lines left unpaired are what the rewrite added. None when no changed line opens a bracket
-    it does not close (by a plain count), so that nothing can need realigning.
-
-    A rewrite changes a few places of a file, so the two are walked together and, at each
-    difference, matched up again at the nearest pair of equal lines (two in a row) within
-    RESYNC lines: linear in the file, where difflib is quadratic in its repeated lines (4 s of CPU
-    for 18,000 lines)."""
-    rows: dict[int, int] = {}
-    changed: list[tuple[int, int, int, int]] = []  # (i1, i2, j1, j2) segments that differ
-    i = j = 0
-    while i < len(old) and j < len(new):
-        if old[i] == new[j]:
-            rows[j + 1] = i + 1
-            i, j = i + 1, j + 1
-            continue
-        step = _resync(old, new, i, j)
-        if step is None:
-            changed.append((i, len(old), j, len(new)))
-            i, j = len(old), len(new)
-            break
-        changed.append((i, i + step[0], j, j + step[1]))
-        i, j = i + step[0], j + step[1]
-    if j < len(new):
-        changed.append((i, len(old), j, len(new)))
-    if not any(_opens(line) for _, _, j1, j2 in changed for line in new[j1:j2]):
+    similar old line of its run (a renamed call, an argument that gained a comma); the new lines
+    left unpaired are what the rewrite added. None when no changed line opens a bracket it does
+    not close (by a plain count), so that nothing can need realigning. Linear in the file
+    (migrator.sources.spans.differing_runs)."""
+    runs = differing_runs(old, new)
+    if not any(_opens(line) for _, _, j1, j2 in runs for line in new[j1:j2]):
         return None
-    for i1, i2, j1, j2 in changed:
+    rows: dict[int, int] = {}
+    i = j = 0
+    for i1, i2, j1, j2 in [*runs, (len(old), len(old), len(new), len(new))]:
+        rows.update((j + k + 1, i + k + 1) for k in range(j1 - j))  # the equal lines before
         k = i1
         for n in range(j1, j2):
             for m in range(k, min(i2, k + PAIRING_WINDOW)):
@@ -114,31 +99,8 @@ def _old_rows(old: list[str], new: list[str]) -> dict[int, int] | None:
                     rows[n + 1] = m + 1
                     k = m + 1
                     break
+        i, j = i2, j2
     return rows
-
-
-def _resync(old: list[str], new: list[str], i: int, j: int) -> tuple[int, int] | None:
-    """(a, b): the nearest a + b where old[i + a:] and new[j + b:] start with two equal lines
-    (or end together), or None within RESYNC lines."""
-    ahead: dict[str, list[int]] = {}
-    for b in range(min(RESYNC, len(new) - j)):
-        ahead.setdefault(new[j + b], []).append(b)
-    best: tuple[int, int] | None = None
-    for a in range(min(RESYNC, len(old) - i)):
-        if best is not None and a >= sum(best):
-            break
-        for b in ahead.get(old[i + a], ()):
-            if best is not None and a + b >= sum(best):
-                break
-            x, y = i + a + 1, j + b + 1
-            if (x == len(old) and y == len(new)) or (
-                x < len(old) and y < len(new) and old[x] == new[y]
-            ):
-                best = (a, b)
-                break
-    if best is None and len(old) - i <= RESYNC and len(new) - j <= RESYNC:
-        return len(old) - i, len(new) - j  # the rest differs
-    return best
 
 
 def _opens(line: str) -> bool:
@@ -194,8 +156,13 @@ def realign_text(old: str, new: str) -> str:
     return "".join(out)
 
 
-def realign(old: bytes, new: bytes) -> bytes:
-    """`realign_text` over a file's bytes, in the file's own encoding (untouched when unknown)."""
+def realign(old: bytes, new: bytes, starts: Sequence[int] | None = None) -> bytes:
+    """`realign_text` over a file's bytes, in the file's own encoding (untouched when unknown).
+
+    `starts`: the 0-based lines of `old` at which its top-level statements start, where known;
+    then only the top-level statements around the changed lines are read (migrator.sources.spans):
+    a bracket never spans two of them, so no other line can move.
+    """
     if old == new:
         return new
     try:
@@ -203,5 +170,20 @@ def realign(old: bytes, new: bytes) -> bytes:
         old_text, new_text = old.decode(encoding), new.decode(encoding)
     except (SyntaxError, UnicodeDecodeError, LookupError):
         return new
-    done = realign_text(old_text, new_text)
+    spans = None
+    if starts and not any(t.count("\r") != t.count("\r\n") for t in (old_text, new_text)):
+        old_lines = io.StringIO(old_text).readlines()
+        new_lines = io.StringIO(new_text).readlines()
+        spans = changed_spans(old_lines, new_lines, starts)
+    if spans is None:
+        done = realign_text(old_text, new_text)
+    else:
+        out, done_to = [], 0  # new lines [0, done_to) are in `out`
+        for old_first, old_stop, first, stop in spans:
+            out += new_lines[done_to:first]
+            out.append(
+                realign_text("".join(old_lines[old_first:old_stop]), "".join(new_lines[first:stop]))
+            )
+            done_to = stop
+        done = "".join([*out, *new_lines[done_to:]])
     return new if done == new_text else done.encode(encoding)
