@@ -280,20 +280,15 @@ def count_candidates(tree: Path) -> tuple[int, list, set[str]]:
 
 def libcst_cpu_seconds(parsed: list, for_plan: set[str]) -> list[float]:
     """CPU seconds of the libcst work on each file the triage keeps, in this process, one file at
-    a time: its parse, metadata and codemods (`prepare_source`), then its part of the project plan
-    (`finish`). A file that fails to parse costs what it cost until it failed. The garbage
-    collector runs as `npu-migrate` runs it (paused during a file, a young collection after it,
-    which is counted): under Python's default thresholds it would walk every file's trees many
-    times over, which the tool never does."""
+    a time, through the command line's own per-file steps: `prepare_one` (parse, metadata,
+    codemods) then `finish_one` (its part of the project plan, and for a ported file the
+    realignment of its continuation lines and the check that it parses). A file that fails costs
+    what it cost until it failed. The garbage collector runs as `npu-migrate` runs it (paused
+    during each step, a young collection after it, which is counted): under Python's default
+    thresholds it would walk every file's trees many times over, which the tool never does."""
     from migrator.findings import SourceError
-    from migrator.pipeline.runner import _one_file, collect_between_files
-    from migrator.pipeline.transform import (
-        MigrateOptions,
-        finish,
-        plan_from_facts,
-        prepare_source,
-        scan_source,
-    )
+    from migrator.pipeline.runner import collect_between_files, finish_one, prepare_one
+    from migrator.pipeline.transform import MigrateOptions, plan_from_facts, scan_source
 
     options = MigrateOptions()
     facts = []
@@ -307,15 +302,10 @@ def libcst_cpu_seconds(parsed: list, for_plan: set[str]) -> list[float]:
     seconds = []
     for source, data in parsed:
         start = time.process_time()
-        with _one_file():
-            try:
-                only = source.display in for_plan
-                prepared = prepare_source(
-                    data, path=source.display, options=options, facts_only=only
-                )
-                finish(prepared, plan, options)
-            except SourceError:
-                pass
+        only = source.display in for_plan
+        prepared, _, _ = prepare_one(source.display, data, options, facts_only=only)
+        if prepared is not None:
+            finish_one(prepared, plan, options)
         seconds.append(time.process_time() - start)
     return seconds
 
