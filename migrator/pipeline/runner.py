@@ -173,8 +173,10 @@ def _one_file() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.enable()
+        # Collected before it is enabled again: enabled with the count past its threshold,
+        # the collector would start a young collection of its own at the next allocation.
         gc.collect(0)
+        gc.enable()
 
 
 _worker_options: MigrateOptions | None = None
