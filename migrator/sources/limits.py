@@ -148,9 +148,34 @@ def _measured(source: bytes) -> _Measure:
                     "split it, or port this file by hand",
                     None,
                 )
-    except (SyntaxError, tokenize.TokenError):
+    except tokenize.TokenError as error:
+        return _Measure(_refused_nesting(error), None)
+    except SyntaxError:
         return _Measure(None, None)
     return _Measure(None, Starts(tuple(lines), tuple(top)))
+
+
+# The tokenizer's message for the compiler's own limit on nested brackets (Python 3.12+; the
+# pure-Python tokenizer of earlier versions reads on, and the depth count above stops the file).
+_PYTHON_NESTING_ERROR = "too many nested parentheses"
+
+
+def _refused_nesting(error: tokenize.TokenError) -> str | None:
+    """The too-deep error for brackets nested past Python's own limit, or None (any other
+    tokenizer failure is left to the parser, which reports it).
+
+    From Python 3.12 the tokenizer is the compiler's, which stops at 200 nested brackets: the
+    depth count never reaches the thousands that crash libcst's parser, so a file refused for
+    its nesting must be refused here rather than handed to the parser.
+    """
+    message, where = (*error.args, None, None)[:2]
+    if message != _PYTHON_NESTING_ERROR or not isinstance(where, tuple):
+        return None
+    line, column = where
+    return (
+        f"{line}:{column}: too deeply nested for the parser: brackets nested more than the 200 "
+        "levels Python itself compiles; split it, or port this file by hand"
+    )
 
 
 def _depths(source: bytes) -> Iterator[tuple[tokenize.TokenInfo, int]]:
