@@ -177,34 +177,37 @@ def _unscaled_by(node: ast.AST) -> Iterator[str]:
     if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
         if any(mentions_grad(g.iter) for g in node.generators):
             for inner in ast.walk(node.elt):
-                yield from divisions(inner, any_value=True)
+                yield from map(name_of, divisions(inner, any_value=True))
         return
-    yield from divisions(node, any_value=False)
+    yield from map(name_of, divisions(node, any_value=False))
 
 
-def divisions(node: ast.AST, *, any_value: bool) -> Iterator[str]:
+def divisions(node: ast.AST, *, any_value: bool) -> Iterator[ast.expr]:
+    """What a gradient is divided by in `node` (the `s` of `g / s`, `g * (1. / s)`,
+    `tf.div(g, s)`); with `any_value`, any value counts as a gradient."""
+
     def grad(value: ast.AST) -> bool:
         return any_value or mentions_grad(value)
 
     if isinstance(node, ast.BinOp):
         if isinstance(node.op, ast.Div) and grad(node.left):
-            yield name_of(node.right)
+            yield node.right
         elif isinstance(node.op, ast.Mult):
             for value, other in ((node.left, node.right), (node.right, node.left)):
                 if grad(value):
                     yield from reciprocals(other)
     elif isinstance(node, ast.Call) and callee(node) in _DIVIDES and len(node.args) == 2:
         if grad(node.args[0]):
-            yield name_of(node.args[1])
+            yield node.args[1]
 
 
-def reciprocals(node: ast.AST) -> Iterator[str]:
-    """The scale names `1. / s` (or `tf.math.reciprocal(s)`) divides by, anywhere inside."""
+def reciprocals(node: ast.AST) -> Iterator[ast.expr]:
+    """What `1. / s` (or `tf.math.reciprocal(s)`) divides by, anywhere inside."""
     for inner in ast.walk(node):
         if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Div):
-            yield name_of(inner.right)
+            yield inner.right
         elif isinstance(inner, ast.Call) and callee(inner) == "reciprocal" and inner.args:
-            yield name_of(inner.args[0])
+            yield inner.args[0]
 
 
 def _gradient_checks(tree: ast.Module) -> Iterator[ast.Call]:

@@ -22,10 +22,11 @@ from migrator.selection.hand_loss_scale import (
     callee,
     divisions,
     imports_package,
+    is_loss,
+    is_scale,
     mentions_grad,
     name_of,
     reciprocals,
-    scaled_losses,
 )
 from migrator.sources import pytree
 
@@ -79,14 +80,17 @@ def site(source: bytes) -> tuple[int, str, str | None] | None:
         return None
     if not imports_package(tree, "torch"):
         return None
+    helpers = _check_helpers(tree)
     for group in _groups(tree):
         if not any(isinstance(n, ast.Call) and callee(n) == "backward" for n in group):
             continue
-        unscaled = {name for node in group for name in _unscaled_by(node)}
-        scaled = next(scaled_losses(group, unscaled), None)
+        aliases = _aliases(group)
+        divisors = [d for node in group for d in _unscaled_by(node)]
+        unscaled = {name for divisor in divisors for name in _scales(divisor, aliases)}
+        scaled = next(_scaled_losses(group, unscaled, aliases), None)
         if scaled is None:
             continue
-        checks = [n for n in group if isinstance(n, ast.Call) and callee(n) in _CHECKS]
+        checks = [n for n in group if _is_check(n, helpers)]
         checks.sort(key=lambda n: (n.lineno, n.col_offset))
         if checks:
             return checks[0].lineno, ast.unparse(scaled), ast.unparse(checks[0])
@@ -106,13 +110,93 @@ def _groups(tree: ast.Module) -> Iterator[list[ast.AST]]:
     yield rest
 
 
-def _unscaled_by(node: ast.AST) -> Iterator[str]:
-    """The scale names a gradient is divided by: TensorFlow's spellings (`g / s`, `g * (1 / s)`)
-    and torch's in-place ones, `grad.mul_(1.0 / s)`, `p.grad.div_(s)`."""
+def _unscaled_by(node: ast.AST) -> Iterator[ast.expr]:
+    """What a gradient is divided by: TensorFlow's spellings (`g / s`, `g * (1 / s)`) and
+    torch's in-place ones, `grad.mul_(1.0 / s)`, `p.grad.div_(s)`."""
     yield from divisions(node, any_value=False)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
         if mentions_grad(node.func.value):
             if node.func.attr in _IN_PLACE_MULTIPLY:
                 yield from reciprocals(node.args[0])
             elif node.func.attr in _IN_PLACE_DIVIDE:
-                yield name_of(node.args[0])
+                yield node.args[0]
+
+
+def _scales(value: ast.AST, aliases: dict[str, set[str]]) -> set[str]:
+    """The scale names an operand spells anywhere in it, and those of the local names it reads
+    that were assigned one: the same scale reaches the loss and the gradients under different
+    spellings (`loss_scale = 2 ** self.lg_loss_scale` for the loss, `2 ** self.lg_loss_scale`
+    again for the gradients; `scale = self.scale`)."""
+    found: set[str] = set()
+    for inner in ast.walk(value):
+        if isinstance(inner, ast.Name):
+            found |= aliases.get(inner.id, set())
+            name = inner.id
+        elif isinstance(inner, ast.Attribute):
+            name = inner.attr
+        else:
+            continue
+        if is_scale(name):
+            found.add(name)
+    return found
+
+
+def _aliases(group: list[ast.AST]) -> dict[str, set[str]]:
+    """Each name assigned alone (`name = value`) to the scale names its values spell."""
+    aliases: dict[str, set[str]] = {}
+    for node in group:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                aliases.setdefault(target.id, set()).update(_scales(node.value, {}))
+    return aliases
+
+
+def _scaled_losses(
+    group: list[ast.AST], unscaled: set[str], aliases: dict[str, set[str]]
+) -> Iterator[ast.BinOp]:
+    """`loss * scale` where the scale shares a name with what the gradients are divided by."""
+    for node in group:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            for loss, scale in ((node.left, node.right), (node.right, node.left)):
+                if is_loss(name_of(loss)) and _scales(scale, aliases) & unscaled:
+                    yield node
+                    break
+
+
+def _check_helpers(tree: ast.Module) -> set[str]:
+    """The module's functions that test a value for inf/NaN (`has_overflow(norm)`): a call to
+    one is the class's overflow check."""
+    return {
+        statement.name
+        for statement in tree.body
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and any(_is_check(node, set()) for node in ast.walk(statement))
+    }
+
+
+def _is_check(node: ast.AST, helpers: set[str]) -> bool:
+    """An inf/NaN test: torch's (`torch.isfinite(x)`), a helper's call, a value compared with
+    itself (`x != x`, NaN) or with an infinity (`x == float("inf")`)."""
+    if isinstance(node, ast.Call):
+        return callee(node) in _CHECKS or callee(node) in helpers
+    if not isinstance(node, ast.Compare) or len(node.ops) != 1:
+        return False
+    left, right = node.left, node.comparators[0]
+    if isinstance(node.ops[0], (ast.Eq, ast.NotEq)) and ast.dump(left) == ast.dump(right):
+        return True
+    return _is_infinity(left) or _is_infinity(right)
+
+
+def _is_infinity(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    if isinstance(node, ast.Attribute):
+        return node.attr == "inf"  # math.inf, torch.inf, np.inf
+    return (
+        isinstance(node, ast.Call)
+        and callee(node) == "float"
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Constant)
+        and str(node.args[0].value).strip().lower().lstrip("+-") in {"inf", "infinity"}
+    )

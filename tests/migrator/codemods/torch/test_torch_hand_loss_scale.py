@@ -1,7 +1,9 @@
 """PyTorch code that scales its loss by hand (THUMT's LossScalingOptimizer) is left as it is with
 one warning: at its inf/NaN-only check where it has one, else at the multiplication with the
 harder words (no overflow mode helps); a loss weighted for logging gets none. Through the real
-CLI; every file stays byte-identical."""
+CLI; every file stays byte-identical. The scale may reach the loss and the gradients under
+different spellings (a local name, a power of the attribute), and the check may be a function of
+the module that compares with infinity."""
 
 from __future__ import annotations
 
@@ -47,6 +49,27 @@ def test_without_a_check_it_is_warned_at_the_multiplication(ported) -> None:
         _line("static_scaler.py", "(loss * loss_scale).backward()"),
     )
     assert "either overflow mode" in found["message"] and "INF/NAN mode" not in found["message"]
+
+
+def test_a_scale_spelled_as_a_power_is_warned_at_the_modules_check(ported) -> None:
+    # The loss through a local name, the gradients by the power spelled out again; the check a
+    # function of the module comparing with infinity and with itself.
+    (found,) = _findings(ported, "exponent_scale.py")
+    assert (found["rule"], found["line"]) == (
+        "torch-hand-loss-scale",
+        _line("exponent_scale.py", "if found_inf_or_nan(norm):"),
+    )
+    assert "(`loss * loss_scale`" in found["message"]
+    assert "(`found_inf_or_nan(norm)`) finds inf/NaN only" in found["message"]
+
+
+def test_a_scale_read_into_a_local_name_is_matched_with_the_attribute(ported) -> None:
+    (found,) = _findings(ported, "aliased_scale.py")
+    assert (found["rule"], found["line"]) == (
+        "torch-hand-loss-scale",
+        _line("aliased_scale.py", "(loss * current_scale).backward()"),
+    )
+    assert "either overflow mode" in found["message"]
 
 
 def test_a_loss_weighted_for_logging_is_not_warned(ported) -> None:
