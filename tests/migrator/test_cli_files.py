@@ -190,3 +190,17 @@ def test_unified_diff_marks_missing_final_newline_and_keeps_crlf() -> None:
         "-b = 2\n\\ No newline at end of file\n+b = 3\n\\ No newline at end of file\n"
     )
     assert unified_diff(b"same", b"same", "x.py") == ""
+
+
+def test_invalid_escapes_in_the_users_code_print_no_warnings(tmp_path: Path) -> None:
+    # From Python 3.12 the compiler prints a SyntaxWarning for `"\d"` in code it parses (3.11: a
+    # DeprecationWarning, hidden): the code is the user's, so the run stays quiet about it. The
+    # test that can tell runs on the newest-Python stack of `make test`.
+    tree = tmp_path / "tree"
+    source = b'import re\nimport tensorflow as tf\nDIGITS = re.compile("\\d+")\n'
+    write(tree, {"train.py": source + PORT_LINE.encode() + b"\n"})
+    proc = run_cli("--write", ".", cwd=tree)
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning: invalid escape" not in proc.stderr, proc.stderr
+    ported = (tree / "train.py").read_bytes()
+    assert b'DIGITS = re.compile("\\d+")\n' in ported and b"contrib" not in ported
