@@ -80,7 +80,6 @@ def site(source: bytes) -> tuple[int, str, str | None] | None:
         return None
     if not imports_package(tree, "torch"):
         return None
-    helpers = _check_helpers(tree)
     for group in _groups(tree):
         if not any(isinstance(n, ast.Call) and callee(n) == "backward" for n in group):
             continue
@@ -90,6 +89,7 @@ def site(source: bytes) -> tuple[int, str, str | None] | None:
         scaled = next(_scaled_losses(group, unscaled, aliases), None)
         if scaled is None:
             continue
+        helpers = _check_helpers(tree)  # only for the one group that scales its loss
         checks = [n for n in group if _is_check(n, helpers)]
         checks.sort(key=lambda n: (n.lineno, n.col_offset))
         if checks:
