@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -427,11 +426,7 @@ def _summary_line(result: RunResult) -> str:
 
 def main() -> None:
     """Console-script entry point."""
-    from migrator.pipeline.runner import collect_between_files
+    from migrator.pipeline.runner import configure_process
 
-    collect_between_files()
-    # The user's code is parsed and its string literals evaluated (ast, libcst), and from Python
-    # 3.12 the compiler prints a SyntaxWarning for each invalid escape in them (`"\\d"`), named
-    # after no file: noise about code npu-migrate does not change. Workers inherit this.
-    warnings.filterwarnings("ignore", category=SyntaxWarning)
+    configure_process()
     cli(prog_name="npu-migrate")

@@ -14,6 +14,7 @@ import gc
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -163,6 +164,20 @@ def collect_between_files() -> None:
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
 
 
+def configure_process() -> None:
+    """npu-migrate's settings for a process of its own: the command line's and each worker's.
+
+    Workers started by fork inherit them; started by forkserver or spawn (forkserver is Python
+    3.14's default on Linux) they do not, and under either a `-j 2` run printed four lines of
+    noise per file, so each pool's initializer calls this too.
+    """
+    collect_between_files()
+    # The user's code is parsed and its string literals evaluated (ast, libcst), and from Python
+    # 3.12 the compiler prints a SyntaxWarning for each invalid escape in them (`"\\d"`), named
+    # after no file: noise about code npu-migrate does not change.
+    warnings.filterwarnings("ignore", category=SyntaxWarning)
+
+
 @contextlib.contextmanager
 def _one_file() -> Iterator[None]:
     """The work on one file, with the collector paused when `collect_between_files` was called."""
@@ -188,7 +203,12 @@ PARENT_POLL_SECONDS = 0.5
 def _init_worker(options: MigrateOptions) -> None:
     global _worker_options
     _worker_options = options
-    collect_between_files()
+    configure_process()
+    _watch_parent()
+
+
+def _init_triage_worker() -> None:
+    configure_process()
     _watch_parent()
 
 
@@ -458,7 +478,7 @@ def _triage_all(items: list[tuple[bytes, bool]], jobs: int) -> list[tuple[Verdic
         from concurrent.futures.process import BrokenProcessPool
 
         try:
-            with ProcessPoolExecutor(max_workers=workers, initializer=_watch_parent) as pool:
+            with ProcessPoolExecutor(max_workers=workers, initializer=_init_triage_worker) as pool:
                 chunksize = max(1, len(items) // (workers * 8))
                 for one in pool.map(_triage_one, items, chunksize=chunksize):
                     done.append(one)

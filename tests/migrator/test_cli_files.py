@@ -204,3 +204,31 @@ def test_invalid_escapes_in_the_users_code_print_no_warnings(tmp_path: Path) -> 
     assert "Warning: invalid escape" not in proc.stderr, proc.stderr
     ported = (tree / "train.py").read_bytes()
     assert b'DIGITS = re.compile("\\d+")\n' in ported and b"contrib" not in ported
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_workers_not_started_by_fork_print_no_warnings_either(tmp_path: Path, method: str) -> None:
+    # Python 3.14 starts workers by forkserver on Linux: they inherit none of the command line's
+    # settings and must make their own. 110 files are enough for two workers in both pools (the
+    # triage's and the port's); the test that can tell runs on the newest-Python stack.
+    tree = tmp_path / "tree"
+    source = b'import re\nimport tensorflow as tf\nDIGITS = re.compile("\\d+")\n'
+    write(tree, {f"train_{i}.py": source + PORT_LINE.encode() + b"\n" for i in range(110)})
+    started = (
+        "import multiprocessing, sys\n"
+        "multiprocessing.set_start_method(sys.argv[1])\n"
+        "from migrator.cli import main\n"
+        "sys.argv[:2] = ['npu-migrate']\n"
+        "main()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", started, method, "--check", "-j", "2", "."],
+        cwd=tree,
+        capture_output=True,
+        env=cli_env(),
+        timeout=300,
+        text=True,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "110 would change" in proc.stderr, proc.stderr
+    assert "Warning" not in proc.stderr, proc.stderr
