@@ -27,9 +27,15 @@ def port_loss_scale(
     reexports: frozenset[tuple[str, str]] = frozenset(),
     keras_helpers: frozenset[KerasHelper] = frozenset(),
     loss_scale_modules: frozenset[str] = frozenset(),
+    strategy_importer: str | None = None,
 ) -> tuple[cst.Module, list[Finding]]:
-    """Rewrite the loss-scale APIs of one file; returns the new tree and what was done or left."""
-    analyzer = LossScaleAnalyzer(path, distributed, reexports, keras_helpers, loss_scale_modules)
+    """Rewrite the loss-scale APIs of one file; returns the new tree and what was done or left.
+
+    `strategy_importer`: a file of the run that builds a tf.distribute strategy and imports this
+    one (migrator.selection.strategy_importers)."""
+    analyzer = LossScaleAnalyzer(
+        path, distributed, reexports, keras_helpers, loss_scale_modules, strategy_importer
+    )
     visit_wrapper(wrapper, analyzer)
     file = analyzer.file
     if not file.edits:

@@ -32,9 +32,11 @@ from migrator.selection.prefilter import might_need_migration
 from migrator.selection.reexports import imported_from
 from migrator.selection.scaler_attrs import other_scaler_attrs
 from migrator.selection.scaler_helpers import ScalerHelper, calls_helper, scaler_helpers
+from migrator.selection.strategy_importers import builds_strategy, strategy_importers
 from migrator.selection.triage import Verdict, imports, parses, verdict, widen
 from migrator.sources import limits, pytree
 from migrator.sources.files import SourceFile
+from migrator.sources.module_paths import Paths, norm
 
 if TYPE_CHECKING:
     from migrator.codemods.global_step import GlobalStepFacts
@@ -366,6 +368,8 @@ def run(
     scaler_attrs: set[str] = set()  # self.<attr> given a scaler the port does not build
     helpers: set[ScalerHelper] = set()  # functions that build a scaler
     quiet: list[tuple[SourceFile, bytes]] = []  # no trigger: only a helper call may matter
+    builders: list[tuple[str, bytes]] = []  # files that build a tf.distribute strategy
+    every: list[str] = []  # the paths of every file read, which their imports may name
     for source in files:
         data, error = _read(source)
         if data is None:
@@ -381,6 +385,9 @@ def run(
             loss_scale_modules.add(builder)
         scaler_attrs |= other_scaler_attrs(data)
         helpers |= scaler_helpers(source.display, data)
+        every.append(norm(source.display))
+        if builds_strategy(data):
+            builders.append((source.display, data))
         if might_need_migration(data, add_loss_scale=config.add_loss_scale is not None):
             pending.append((source, data))
         elif source.named and not parses(data):
@@ -416,6 +423,9 @@ def run(
             loss_scale_modules=frozenset(loss_scale_modules),
             scaler_attrs=frozenset(scaler_attrs),
             scaler_helpers=built_by_helpers,
+            strategy_importers=strategy_importers(builders, Paths(every))
+            if builders
+            else frozenset(),
         )
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:

@@ -40,6 +40,7 @@ from migrator.selection.prefilter import (
 )
 from migrator.selection.scaler_helpers import ScalerHelper, calls_helper
 from migrator.sources import limits, source_errors
+from migrator.sources.module_paths import norm
 
 Distributed = Literal["auto", "always", "never"]
 
@@ -64,6 +65,9 @@ class MigrateOptions:
     # functions of the run's files that build a scaler (migrator.selection.scaler_helpers): a
     # file that calls one and relies on a scale below 1 is warned
     scaler_helpers: frozenset[ScalerHelper] = frozenset()
+    # (file, importer) where a file of the run that builds a tf.distribute strategy imports the
+    # file (migrator.selection.strategy_importers); paths normalised
+    strategy_importers: frozenset[tuple[str, str]] = frozenset()
 
     def __post_init__(self) -> None:
         if self.add_loss_scale is not None:
@@ -255,6 +259,7 @@ def _port(
             options.reexports,
             options.keras_helpers,
             options.loss_scale_modules,
+            dict(options.strategy_importers).get(norm(path)),
         )
     helpers = options.scaler_helpers
     if not might_need_torch_port(source) and not calls_helper(source, helpers):

@@ -381,12 +381,20 @@ def is_distributed_value(
     if not facts.horovod_imported and not _under_strategy_scope(call, parent):
         # Scripts build their strategy only for some runs (xlnet: none with one core per host).
         # has_strategy() is true exactly where the optimizer is built under one.
-        for alias, statement in facts.tensorflow_aliases.items():
-            if _visible(scope, alias, lambda a, s=statement: a.node is s):
-                value = cst.parse_expression(f"{alias}.distribute.has_strategy()")
-                return value, "the file builds a tf.distribute strategy for some runs"
+        value = has_strategy(facts, scope)
+        if value is not None:
+            return value, "the file builds a tf.distribute strategy for some runs"
     reason = "Horovod" if facts.horovod_imported else "a tf.distribute strategy"
     return cst.Name("True"), f"the file trains with {reason}"
+
+
+def has_strategy(facts: DistributedFacts, scope: Scope | None) -> cst.BaseExpression | None:
+    """`tf.distribute.has_strategy()` through the file's TensorFlow import that `scope` (where the
+    optimizer is built) sees, or None where it sees none."""
+    for alias, statement in facts.tensorflow_aliases.items():
+        if _visible(scope, alias, lambda a, s=statement: a.node is s):
+            return cst.parse_expression(f"{alias}.distribute.has_strategy()")
+    return None
 
 
 def horovod_parameter(

@@ -57,10 +57,11 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         reexports: frozenset[tuple[str, str]] = frozenset(),
         keras_helpers: frozenset[KerasHelper] = frozenset(),
         loss_scale_modules: frozenset[str] = frozenset(),
+        strategy_importer: str | None = None,
     ) -> None:
         super().__init__()
         self.file = FileContext(path)
-        self.distribution = Distribution(self.file, distributed)
+        self.distribution = Distribution(self.file, distributed, strategy_importer)
         self.file_imports = FileImports(self.file, reexports, self.distribution.facts)
         self.keras_facts = KerasFacts(self.file, keras_helpers, loss_scale_modules)
         self.kinds = OptimizerKinds(self.file)

@@ -16,6 +16,7 @@ from migrator.codemods.shared import api
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.distributed import (
     DistributedFacts,
+    has_strategy,
     horovod_parameter,
     is_distributed_value,
     size_test_direction,
@@ -23,11 +24,15 @@ from migrator.codemods.shared.distributed import (
 
 
 class Distribution:
-    """`distributed` is the --distributed option: "auto", "always" or "never"."""
+    """`distributed` is the --distributed option: "auto", "always" or "never"; `strategy_importer`
+    a file of the run that builds a tf.distribute strategy and imports this one."""
 
-    def __init__(self, file: FileContext, distributed: str) -> None:
+    def __init__(
+        self, file: FileContext, distributed: str, strategy_importer: str | None = None
+    ) -> None:
         self.file = file
         self.distributed = distributed
+        self.strategy_importer = strategy_importer
         self.facts = DistributedFacts()
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -122,6 +127,9 @@ class Distribution:
         if handed is not None:
             return handed
         if not self.facts.trains_distributed:
+            elsewhere = None if keras else self._strategy_elsewhere(call)
+            if elsewhere is not None:
+                return elsewhere
             if self.facts.byteps_wrappers:
                 self._warn_byteps(call, keras)
             return None, ""
@@ -147,6 +155,19 @@ class Distribution:
                 "uses instead",
             )
         return value, why
+
+    def _strategy_elsewhere(self, call: cst.Call) -> tuple[cst.BaseExpression, str] | None:
+        """`has_strategy()` where a strategy file of the run imports this one: the optimizer may
+        be built under its strategy (an Estimator's model_fn, a function it calls), or not."""
+        if self.strategy_importer is None:
+            return None
+        value = has_strategy(self.facts, self.file.scope(call))
+        if value is None:
+            return None
+        return value, (
+            f"{self.strategy_importer}, which imports this file, builds a tf.distribute strategy "
+            "for some runs"
+        )
 
     def _warn_byteps(self, call: cst.Call, keras: bool) -> None:
         """BytePS sums the gradients, but the library knows no BytePS engine to sum the overflow

@@ -17,6 +17,7 @@ import pytest
 from cli_runner import MIGRATOR_FIXTURES, REPO_ROOT, run_cli
 
 FIXTURES = MIGRATOR_FIXTURES
+TF115 = REPO_ROOT / ".venv-tf115" / "bin" / "python"
 
 
 def _python(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -348,3 +349,85 @@ def test_another_objects_optimizer_is_not_read_as_the_classs_own(tmp_path: Path)
     assert "opt = NPULossScaleOptimizer(discriminator.optimizer, manager)" in code
     step = "trainer.GAN(0.1).discriminator_step(trainer.Holder(0.1), loss)"
     assert _one_step(tmp_path, "trainer", step) == pytest.approx([0.8, -1.6])
+
+
+# Trains model.model_fn with an Estimator on this TensorFlow, under a MirroredStrategy over
+# argv[1] CPU devices (the session's device_count makes them), and prints the trained values.
+ESTIMATOR_RUN = """\
+import json, sys, tempfile
+import numpy as np
+import tensorflow.compat.v1 as tf
+import model
+
+replicas = int(sys.argv[1])
+devices = ["/cpu:%d" % i for i in range(replicas)]
+config = tf.estimator.RunConfig(
+    model_dir=tempfile.mkdtemp(),
+    session_config=tf.ConfigProto(device_count={"CPU": replicas}),
+    train_distribute=tf.distribute.MirroredStrategy(devices) if replicas > 1 else None,
+)
+estimator = tf.estimator.Estimator(model.model_fn, config=config, params={"lr": 0.1})
+
+def input_fn():
+    x = np.array([[1.0, 2.0]] * 8, np.float32)
+    features = ({"x": x}, np.zeros(8, np.float32))
+    return tf.data.Dataset.from_tensor_slices(features).repeat().batch(2)
+
+estimator.train(input_fn, steps=3)
+value = estimator.get_variable_value
+print(json.dumps({"w": value("w").tolist(), "step": int(value("global_step"))}))
+"""
+
+
+@pytest.fixture(scope="module")
+def strategy_elsewhere(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    root = tmp_path_factory.mktemp("strategy_elsewhere")
+    out, report = root / "out", root / "report.json"
+    proc = run_cli(
+        FIXTURES / "strategy_elsewhere", "--output-dir", out, "--report", report, "--no-color"
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out, json.loads(report.read_text(encoding="utf-8"))["findings"]
+
+
+def test_a_file_a_strategy_file_imports_gets_the_strategy_test(strategy_elsewhere) -> None:
+    """RetinaNet's shape: the strategy is built in the main file, the optimizer in the model
+    file it imports; a file no strategy file imports is left without the keyword."""
+    out, findings = strategy_elsewhere
+    flag = "is_distributed=tf.distribute.has_strategy()"
+    assert flag in (out / "model.py").read_text(encoding="utf-8")
+    assert "is_distributed" not in (out / "single_device.py").read_text(encoding="utf-8")
+    assert not (out / "train_main.py").exists()  # nothing to port there
+    (why,) = [f["message"] for f in findings if f["kind"] == "change" and flag in f["message"]]
+    assert why.endswith(
+        "train_main.py, which imports this file, builds a tf.distribute strategy for some runs"
+    )
+
+
+@pytest.mark.skipif(
+    not TF115.exists(), reason="the TF 1.15 stack (.venv-tf115, `make stack-venvs`) is not built"
+)
+def test_the_imported_model_fn_trains_on_one_and_on_two_replicas_on_tf115(
+    strategy_elsewhere,
+) -> None:
+    """On TF 1.15 (reference variables) the Estimator trains the ported model_fn alone and under
+    a MirroredStrategy of two devices, alike; without the keyword the library refuses the second
+    at graph build (each replica would decide alone whether to skip a step)."""
+    out, _ = strategy_elsewhere
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(out)]))
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    trained = []
+    for replicas in ("1", "2"):
+        proc = subprocess.run(
+            [str(TF115), "-c", ESTIMATOR_RUN, replicas],
+            cwd=out,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        trained.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert trained[0]["step"] == trained[1]["step"] == 3
+    assert trained[0]["w"] != [1.0, 2.0]
+    assert trained[1]["w"] == pytest.approx(trained[0]["w"])
