@@ -126,6 +126,11 @@ TORCH_FOREIGN_LOSS_SCALING = {
     "apex.amp.handle.scale_loss": "apex's amp.scale_loss",
     "apex.fp16_utils.FP16_Optimizer": "apex's FP16_Optimizer",
     "apex.fp16_utils.fp16_optimizer.FP16_Optimizer": "apex's FP16_Optimizer",
+    # The fused-kernel FP16_Optimizer: apex.optimizers in 2019, apex.contrib.optimizers since.
+    "apex.contrib.optimizers.FP16_Optimizer": "apex's FP16_Optimizer",
+    "apex.contrib.optimizers.fp16_optimizer.FP16_Optimizer": "apex's FP16_Optimizer",
+    "apex.optimizers.FP16_Optimizer": "apex's FP16_Optimizer",
+    "apex.optimizers.fp16_optimizer.FP16_Optimizer": "apex's FP16_Optimizer",
     "apex.fp16_utils.DynamicLossScaler": "apex's DynamicLossScaler",
     "apex.fp16_utils.loss_scaler.DynamicLossScaler": "apex's DynamicLossScaler",
     "timm.utils.ApexScaler": "timm's ApexScaler, apex's amp inside timm",

@@ -27,17 +27,20 @@ from migrator import registry
 from migrator.findings import Finding
 from migrator.sources import pytree
 
-# `loss * scale` or `scale * loss` on one line, a name or a call around either (the tree decides;
-# this only spares the walk on the many training files that spell all three words).
+# `loss * scale` or `scale * loss` on one line, a name, a cast or a call around either
+# (`loss.float() * scale`, `tf.cast(loss, tf.float32) * loss_scale`: the tree decides; this only
+# spares the walk on the many training files that spell all three words).
 PRODUCT = re.compile(
-    rb"loss\w*\)?\s*\*\s*[\w.(]*scale|scale\w*\)?\s*\*\s*[\w.(]*loss", re.IGNORECASE
+    rb"loss[^\n*=]{0,40}?\*\s*[\w.(]*scale|scale[^\n*=]{0,40}?\*\s*[\w.(]*loss", re.IGNORECASE
 )
 # A scaling helper pair, StyleGAN's tflib (copied into its forks): `loss =
 # self.apply_loss_scaling(loss)`, then `undo_loss_scaling(...)` on what scales the gradients back.
 _APPLY_HELPER = re.compile(rb"\bapply_loss_scal")
 _UNDO_HELPER = re.compile(rb"\bundo_loss_scal")
 _DIVIDES = frozenset({"div", "divide", "truediv", "realdiv", "div_no_nan"})
-_PASS_THROUGH = frozenset({"cast", "convert_to_tensor", "identity", "read_value"})
+_PASS_THROUGH = frozenset({"cast", "convert_to_tensor", "identity", "read_value", "to_float"})
+# A tensor's own casts (`loss.float()`, `loss.to(torch.float32)`): the value is the tensor's.
+_CAST_METHODS = frozenset({"float", "double", "half", "to", "type"})
 
 
 def findings(source: bytes, path: str) -> list[Finding]:
@@ -183,13 +186,18 @@ def _unscaled_by(node: ast.AST) -> Iterator[str]:
 
 
 def divisions(node: ast.AST, *, any_value: bool) -> Iterator[ast.expr]:
-    """What a gradient is divided by in `node` (the `s` of `g / s`, `g * (1. / s)`,
+    """What a gradient is divided by in `node` (the `s` of `g / s`, `g * (1. / s)`, `g /= s`,
     `tf.div(g, s)`); with `any_value`, any value counts as a gradient."""
 
     def grad(value: ast.AST) -> bool:
         return any_value or mentions_grad(value)
 
-    if isinstance(node, ast.BinOp):
+    if isinstance(node, ast.AugAssign) and grad(node.target):
+        if isinstance(node.op, ast.Div):
+            yield node.value
+        elif isinstance(node.op, ast.Mult):
+            yield from reciprocals(node.value)
+    elif isinstance(node, ast.BinOp):
         if isinstance(node.op, ast.Div) and grad(node.left):
             yield node.right
         elif isinstance(node.op, ast.Mult):
@@ -233,10 +241,12 @@ def callee(call: ast.Call) -> str:
 
 def name_of(node: ast.AST) -> str:
     """The last name an operand spells: `self.loss_scale` -> loss_scale; a cast or a call
-    (`tf.cast(s, ...)`, `get_loss_scale()`) by what it reads or calls."""
+    (`tf.cast(s, ...)`, `loss.float()`, `get_loss_scale()`) by what it reads or calls."""
     while isinstance(node, ast.Call):
         if callee(node) in _PASS_THROUGH and node.args:
             node = node.args[0]
+        elif callee(node) in _CAST_METHODS and isinstance(node.func, ast.Attribute):
+            node = node.func.value
         else:
             return callee(node)
     if isinstance(node, ast.Attribute):

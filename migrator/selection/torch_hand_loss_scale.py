@@ -6,14 +6,19 @@ each gradient back with `grad.mul_(1.0 / self._scale)` in another method, and sk
 silently, yet on an Ascend NPU in saturation mode an overflow is clamped to 65504, finite, and the
 step is applied. The finding is the only thing done here; the file is left. As for TensorFlow
 (migrator.selection.hand_loss_scale, whose reading of names this shares), precise on purpose: in
-a file that imports torch, a class (or the module's functions) multiplying a loss by a scale it
-also divides gradients by, with a `backward()`. Read with `ast`, no libcst pass.
+a file that imports torch and calls `backward()`, a class (or the module's functions) multiplying
+a loss by a scale it also divides gradients by. The class need not call `backward()` itself: a
+scaler class hands the scaled loss back to the optimizer class that does (pytext's
+`DynamicLossScaler.upscale`). Nor need it divide the gradients where it calls `backward()` on the
+scaled loss and tests the gradients for inf/NaN (apex's fp16_utils `DynamicLossScaler`, whose
+FP16_Optimizer divides them in another file). Read with `ast`, no libcst pass.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from migrator import registry
 from migrator.findings import Finding
@@ -33,6 +38,7 @@ from migrator.sources import pytree
 _IN_PLACE_MULTIPLY = frozenset({"mul_", "mul"})
 _IN_PLACE_DIVIDE = frozenset({"div_", "div", "true_divide"})
 _CHECKS = frozenset({"isfinite", "isinf", "isnan"})
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def might_scale_by_hand(source: bytes) -> bool:
@@ -52,9 +58,17 @@ def finding(source: bytes, path: str) -> Finding | None:
     found = site(source)
     if found is None:
         return None
-    line, scaled, check = found
-    start = f"the file scales its loss by hand (`{scaled}`, gradients scaled back); left as it is: "
-    if check:
+    line, scaled, check, seen, unscales = found
+    back = "gradients scaled back" if unscales else "another class scales the gradients back"
+    start = f"the file scales its loss by hand (`{scaled}`, {back}); left as it is: "
+    if check and not seen:
+        message = (
+            f"{start}its overflow check (`{check}`) is defined in another module: if it looks for "
+            "inf/NaN only, as most do, it misses overflows an Ascend NPU in saturation mode clamps "
+            "to 65504, and an overflowed step is applied; port it to "
+            "npu_lossscale.torch.GradScaler (or run in INF/NAN mode)"
+        )
+    elif check:
         message = (
             f"{start}its overflow check (`{check}`) finds inf/NaN only and misses overflows an "
             "Ascend NPU in saturation mode clamps to 65504, so an overflowed step is applied; port "
@@ -69,9 +83,20 @@ def finding(source: bytes, path: str) -> Finding | None:
     return Finding(path, line, registry.TORCH_HAND_LOSS_SCALE, message, "warning")
 
 
-def site(source: bytes) -> tuple[int, str, str | None] | None:
-    """(line to warn at, the loss multiplication, the check or None) of the first class (or the
-    module's functions) that scales its loss by hand, or None."""
+class Site(NamedTuple):
+    """Where and how a class (or the module's functions) scales its loss by hand."""
+
+    line: int  # where to warn: the check, else the loss multiplication
+    scaled: str  # the loss multiplication
+    check: str | None  # the overflow check, None where there is none
+    seen: bool  # whether the check's inf/NaN test is in this file
+    unscales: bool  # whether the same class scales the gradients back
+
+
+def site(source: bytes) -> Site | None:
+    """The first class (or the module's functions) that scales its loss by hand, or None. A call
+    of a function named for overflows that the module does not define (pytext's
+    `DynamicLossScaler.has_overflow(grad_norm)`, fairseq's) is a check not seen."""
     if not might_scale_by_hand(source):
         return None
     try:
@@ -80,22 +105,60 @@ def site(source: bytes) -> tuple[int, str, str | None] | None:
         return None
     if not imports_package(tree, "torch"):
         return None
-    for group in _groups(tree):
-        if not any(isinstance(n, ast.Call) and callee(n) == "backward" for n in group):
-            continue
+    groups = list(_groups(tree))
+    if not any(_backward_in(group) for group in groups):
+        return None
+    helpers: set[str] | None = None  # computed once a group may scale its loss
+    for group in groups:
         aliases = _aliases(group)
         divisors = [d for node in group for d in _unscaled_by(node)]
         unscaled = {name for divisor in divisors for name in _scales(divisor, aliases)}
         scaled = next(_scaled_losses(group, unscaled, aliases), None)
-        if scaled is None:
+        if scaled is None and not _backward_in(group):
             continue
-        helpers = _check_helpers(tree)  # only for the one group that scales its loss
+        helpers = _check_helpers(tree) if helpers is None else helpers
+        unscales = scaled is not None
+        if scaled is None:
+            scaled = _scaled_for_another(group, aliases, _check_helpers(tree, methods=True))
+            if scaled is None:
+                continue
         checks = [n for n in group if _is_check(n, helpers)]
-        checks.sort(key=lambda n: (n.lineno, n.col_offset))
+        seen = bool(checks)
+        if not seen:
+            defined = {n.name for n in ast.walk(tree) if isinstance(n, _FUNCTIONS)}
+            checks = [n for n in group if _named_check(n, defined)]
         if checks:
-            return checks[0].lineno, ast.unparse(scaled), ast.unparse(checks[0])
-        return scaled.lineno, ast.unparse(scaled), None
+            first = min(checks, key=lambda n: (n.lineno, n.col_offset))
+            return Site(first.lineno, ast.unparse(scaled), ast.unparse(first), seen, unscales)
+        return Site(scaled.lineno, ast.unparse(scaled), None, True, unscales)
     return None
+
+
+def _backward_in(group: list[ast.AST]) -> bool:
+    return any(isinstance(n, ast.Call) and callee(n) == "backward" for n in group)
+
+
+def _scaled_for_another(
+    group: list[ast.AST], aliases: dict[str, set[str]], helpers: set[str]
+) -> ast.BinOp | None:
+    """`loss * scale` in a class that calls backward() and tests the gradients for inf/NaN, but
+    leaves scaling them back to another class: apex's fp16_utils `DynamicLossScaler`, which GLM,
+    sentiment-discovery and Megatron's first forks copy beside the FP16_Optimizer that divides
+    the gradients (in another file). None for anything else."""
+    if not any(_is_check(n, helpers) and _on_gradients(n) for n in group):
+        return None
+    for node in group:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            for loss, scale in ((node.left, node.right), (node.right, node.left)):
+                if is_loss(name_of(loss)) and _scales(scale, aliases):
+                    return node
+    return None
+
+
+def _on_gradients(check: ast.AST) -> bool:
+    """Whether an inf/NaN test reads gradients (`_has_inf_or_nan(p.grad.data)`)."""
+    values = check.args if isinstance(check, ast.Call) else [check]
+    return any(mentions_grad(value) for value in values)
 
 
 def _groups(tree: ast.Module) -> Iterator[list[ast.AST]]:
@@ -164,14 +227,16 @@ def _scaled_losses(
                     break
 
 
-def _check_helpers(tree: ast.Module) -> set[str]:
+def _check_helpers(tree: ast.Module, *, methods: bool = False) -> set[str]:
     """The module's functions that test a value for inf/NaN (`has_overflow(norm)`): a call to
-    one is the class's overflow check."""
+    one is the class's overflow check. With `methods`, the classes' methods too (apex's
+    `DynamicLossScaler._has_inf_or_nan(x)`); not where a check is looked for to warn at: a call of
+    a method holding one (`self.optimize_fp16()`) says less than the test inside it."""
+    functions = ast.walk(tree) if methods else tree.body
     return {
-        statement.name
-        for statement in tree.body
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef))
-        and any(_is_check(node, set()) for node in ast.walk(statement))
+        node.name
+        for node in functions
+        if isinstance(node, _FUNCTIONS) and any(_is_check(n, set()) for n in ast.walk(node))
     }
 
 
@@ -186,6 +251,15 @@ def _is_check(node: ast.AST, helpers: set[str]) -> bool:
     if isinstance(node.ops[0], (ast.Eq, ast.NotEq)) and ast.dump(left) == ast.dump(right):
         return True
     return _is_infinity(left) or _is_infinity(right)
+
+
+def _named_check(node: ast.AST, defined: set[str]) -> bool:
+    """A call of a function named for overflows (`has_overflow(norm)`) that the module does not
+    define: its test is elsewhere."""
+    if not isinstance(node, ast.Call):
+        return False
+    name = callee(node)
+    return "overflow" in name.lower() and name not in defined
 
 
 def _is_infinity(node: ast.AST) -> bool:

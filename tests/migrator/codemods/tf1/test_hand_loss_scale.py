@@ -85,3 +85,32 @@ def test_no_hand_scaled_step_no_warning(ported, name: str) -> None:
 def test_both_files_are_left_byte_identical(ported, name: str) -> None:
     assert (ported["out"] / name).read_bytes() == (FIXTURE / name).read_bytes()
     assert ported["again"].returncode == 0
+
+
+_SPELLED = """import tensorflow as tf
+
+
+def train_op(loss, loss_scale, optimizer, variables):
+    scaled = {loss} * loss_scale
+    grads = tf.gradients(scaled, variables)
+    for i in range(len(grads)):
+        {unscale}
+    finite = tf.reduce_all([tf.reduce_all(tf.is_finite(g)) for g in grads])
+    return tf.cond(finite, lambda: optimizer.apply_gradients(zip(grads, variables)), tf.no_op)
+"""
+
+
+@pytest.mark.parametrize(
+    ("loss", "unscale"),
+    [
+        ("tf.cast(loss, tf.float32)", "grads[i] = grads[i] / loss_scale"),  # cast to fp32 first
+        ("tf.to_float(loss)", "grads[i] = grads[i] / loss_scale"),
+        ("loss", "grads[i] /= loss_scale"),  # divided in place by the operator
+        ("loss", "grads[i] *= 1.0 / loss_scale"),
+    ],
+)
+def test_each_spelling_of_the_scaling_is_warned_at_the_check(loss: str, unscale: str) -> None:
+    from migrator.selection import hand_loss_scale
+
+    source = _SPELLED.format(loss=loss, unscale=unscale).encode()
+    assert hand_loss_scale.sites(source) == [(9, f"{loss} * loss_scale", "tf.is_finite(g)")]

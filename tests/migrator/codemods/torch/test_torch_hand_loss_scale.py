@@ -7,10 +7,13 @@ the module that compares with infinity."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 from cli_runner import MIGRATOR_FIXTURES, port_fixture_tree
+
+from migrator.selection.hand_loss_scale import divisions
 
 FIXTURE = MIGRATOR_FIXTURES / "torch_hand_loss_scale"
 
@@ -107,11 +110,181 @@ def test_each_inf_or_nan_test_is_the_check(test: str, shown: str) -> None:
     from migrator.selection import torch_hand_loss_scale
 
     source = _CLASS.format(test=test).encode()
-    assert torch_hand_loss_scale.site(source) == (11, "loss * self.loss_scale", shown)
+    assert torch_hand_loss_scale.site(source) == (11, "loss * self.loss_scale", shown, True, True)
 
 
 def test_a_bound_on_the_norm_is_not_an_inf_or_nan_check() -> None:
     from migrator.selection import torch_hand_loss_scale
 
     source = _CLASS.format(test="norm > 1e4").encode()
-    assert torch_hand_loss_scale.site(source) == (7, "loss * self.loss_scale", None)
+    assert torch_hand_loss_scale.site(source) == (7, "loss * self.loss_scale", None, True, True)
+
+
+_SPELLED = """import torch
+
+
+class Scaled:
+    def backward(self, loss):
+        scaled = {loss} * self.loss_scale
+        scaled.backward()
+
+    def step(self, optimizer, params):
+        for p in params:
+            {unscale}
+        if torch.isinf(p.grad).any():
+            return False
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("loss", "shown"),
+    [
+        # cast to fp32 first: jukebox, pytext, apex's and Megatron's first fp16 optimizers
+        ("loss.float()", "loss.float() * self.loss_scale"),
+        ("(loss.float())", "loss.float() * self.loss_scale"),
+        ("loss.to(torch.float32)", "loss.to(torch.float32) * self.loss_scale"),
+    ],
+)
+def test_a_loss_cast_before_it_is_scaled_is_the_scaled_loss(loss: str, shown: str) -> None:
+    from migrator.selection import torch_hand_loss_scale
+
+    source = _SPELLED.format(loss=loss, unscale="p.grad.div_(self.loss_scale)").encode()
+    assert torch_hand_loss_scale.site(source) == (12, shown, "torch.isinf(p.grad)", True, True)
+
+
+@pytest.mark.parametrize(
+    "unscale", ["p.grad /= self.loss_scale", "p.grad *= 1.0 / self.loss_scale"]
+)
+def test_gradients_divided_in_place_by_an_operator_are_scaled_back(unscale: str) -> None:
+    # ParlAI's SafeFP16Optimizer: `multiply_grads /= self.scaler.loss_scale`
+    from migrator.selection import torch_hand_loss_scale
+
+    source = _SPELLED.format(loss="loss", unscale=unscale).encode()
+    assert torch_hand_loss_scale.site(source) == (
+        12,
+        "loss * self.loss_scale",
+        "torch.isinf(p.grad)",
+        True,
+        True,
+    )
+    # what is divided in place must be a gradient
+    assert [ast.unparse(d) for d in divisions(ast.parse(unscale).body[0], any_value=False)] == [
+        "self.loss_scale"
+    ]
+    assert list(divisions(ast.parse("p.data /= s").body[0], any_value=False)) == []
+
+
+_ELSEWHERE = """import torch
+from fairseq.optim.fp16_optimizer import DynamicLossScaler
+{defined}
+
+class Scaled:
+    def backward(self, loss):
+        (loss * self.loss_scale).backward()
+
+    def step(self, optimizer, params, norm):
+        for p in params:
+            p.grad.div_(self.loss_scale)
+        if DynamicLossScaler.has_overflow(norm):
+            return False
+        optimizer.step()
+"""
+
+
+def test_a_check_named_for_overflows_but_defined_elsewhere_is_said_to_be_unseen() -> None:
+    # pytext's fairseq mixin: the test itself is in fairseq, so nothing here says what it finds
+    from migrator.selection import torch_hand_loss_scale
+
+    source = _ELSEWHERE.format(defined="").encode()
+    assert torch_hand_loss_scale.site(source) == (
+        12,
+        "loss * self.loss_scale",
+        "DynamicLossScaler.has_overflow(norm)",
+        False,
+        True,
+    )
+    found = torch_hand_loss_scale.finding(source, "mixin.py")
+    assert found is not None and found.line == 12
+    assert "(`DynamicLossScaler.has_overflow(norm)`) is defined in another module" in found.message
+    assert "either overflow mode" not in found.message
+    # defined in the module with no inf/NaN test in it (a device status read): no check at all
+    own = "\ndef has_overflow(norm):\n    return read_device_status()\n"
+    source = _ELSEWHERE.format(defined=own).encode()
+    assert torch_hand_loss_scale.site(source) == (10, "loss * self.loss_scale", None, True, True)
+
+
+_SCALER_CLASS = """import torch
+
+
+class DynamicLossScaler:
+    def upscale(self, loss):
+        return loss.float() * self.scale
+
+    def unscale(self, grad):
+        grad.div_(self.scale)
+
+    def check_overflow(self, grad):
+        total = float(grad.float().sum())
+        self.is_overflow = total == float("inf") or total != total
+
+
+class FP16Optimizer:
+    def backward(self, loss):
+        {backward}
+"""
+
+
+def test_a_scaler_class_handing_the_loss_back_is_warned_where_the_file_calls_backward() -> None:
+    # pytext's fp16_optimizer.py: the scaler class scales and checks, another class calls backward
+    from migrator.selection import torch_hand_loss_scale
+
+    source = _SCALER_CLASS.format(backward="self.loss_scaler.upscale(loss).backward()").encode()
+    assert torch_hand_loss_scale.site(source) == (
+        13,
+        "loss.float() * self.scale",
+        "total == float('inf')",
+        True,
+        True,
+    )
+    without = _SCALER_CLASS.format(backward="return self.loss_scaler.upscale(loss)").encode()
+    assert torch_hand_loss_scale.site(without) is None  # no backward in the file: not training
+
+
+_APEX_SCALER = """import torch
+
+
+class DynamicLossScaler:
+    def has_overflow(self, params):
+        for p in params:
+            if p.grad is not None and {check}:
+                return True
+        return False
+
+    @staticmethod
+    def _has_inf_or_nan(x):
+        cpu_sum = float(x.float().sum())
+        return cpu_sum == float("inf") or cpu_sum != cpu_sum
+
+    def backward(self, loss):
+        scaled_loss = loss * self.loss_scale
+        scaled_loss.backward()
+"""
+
+
+def test_a_scaler_leaving_the_gradients_to_another_class_is_warned_at_its_check() -> None:
+    # apex's fp16_utils loss_scaler.py, copied by GLM and Megatron's forks: the FP16_Optimizer
+    # of another file divides the gradients; this class scales, backpropagates and checks them
+    from migrator.selection import torch_hand_loss_scale
+
+    check = "DynamicLossScaler._has_inf_or_nan(p.grad.data)"
+    source = _APEX_SCALER.format(check=check).encode()
+    # at the test itself: the method's call reads the gradients, the comparison finds inf/NaN
+    shown = "cpu_sum == float('inf')"
+    assert torch_hand_loss_scale.site(source) == (14, "loss * self.loss_scale", shown, True, False)
+    found = torch_hand_loss_scale.finding(source, "loss_scaler.py")
+    assert found is not None
+    assert "(`loss * self.loss_scale`, another class scales the gradients back)" in found.message
+    # a weighted loss with a NaN guard on the loss, not on gradients: not loss scaling
+    guarded = _APEX_SCALER.format(check="torch.isnan(loss).any()").encode()
+    assert torch_hand_loss_scale.site(guarded) is None

@@ -246,3 +246,29 @@ def test_annotation_follows_the_port_where_only_a_parameter_is_assigned_besides(
         "from torch.cuda.amp.grad_scaler import GradScaler",
         "from npu_lossscale.torch import GradScaler",
     )
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "from apex.contrib.optimizers import FP16_Optimizer",  # CLUE's MRC baseline
+        "from apex.contrib.optimizers.fp16_optimizer import FP16_Optimizer",
+        "from apex.optimizers import FP16_Optimizer",  # apex in 2019
+    ],
+)
+def test_apexs_fused_fp16_optimizer_is_warned_from_each_of_its_modules(
+    tmp_path: Path, spelling: str
+) -> None:
+    # Its overflow check reads the gradient norm kernel's inf/NaN flag: saturation mode misses it.
+    (tmp_path / "opt.py").write_text(
+        f"{spelling}\n\n\ndef wrap(optimizer):\n"
+        "    return FP16_Optimizer(optimizer, dynamic_loss_scale=True)\n",
+        encoding="utf-8",
+    )
+    report = tmp_path / "r.json"
+    assert run_cli("--check", "--report", report, tmp_path / "opt.py").returncode == 0
+    found = json.loads(report.read_text(encoding="utf-8"))["findings"]
+    assert [(f["line"], f["rule"], f["kind"]) for f in found] == [
+        (5, "torch-foreign-loss-scale", "warning")
+    ]
+    assert "apex's FP16_Optimizer" in found[0]["message"] and "saturation" in found[0]["message"]
