@@ -28,10 +28,10 @@ from migrator.findings import Finding
 from migrator.sources import pytree
 
 # `loss * scale` or `scale * loss` on one line, a name, a cast or a call around either
-# (`loss.float() * scale`, `tf.cast(loss, tf.float32) * loss_scale`: the tree decides; this only
-# spares the walk on the many training files that spell all three words).
+# (`loss.float() * scale`, `tf.cast(loss, tf.float32) * loss_scale`), or `loss *= scale`: the
+# tree decides; this only spares the walk on the many training files that spell all three words.
 PRODUCT = re.compile(
-    rb"loss[^\n*=]{0,40}?\*\s*[\w.(]*scale|scale[^\n*=]{0,40}?\*\s*[\w.(]*loss", re.IGNORECASE
+    rb"loss[^\n*=]{0,40}?\*=?\s*[\w.(]*scale|scale[^\n*=]{0,40}?\*\s*[\w.(]*loss", re.IGNORECASE
 )
 # A scaling helper pair, StyleGAN's tflib (copied into its forks): `loss =
 # self.apply_loss_scaling(loss)`, then `undo_loss_scaling(...)` on what scales the gradients back.
@@ -145,19 +145,29 @@ def imports_package(tree: ast.Module, package: str) -> bool:
     return False
 
 
-def _scaled_losses(scope: list[ast.AST]) -> Iterator[ast.BinOp]:
+def _scaled_losses(scope: list[ast.AST]) -> Iterator[ast.AST]:
     """`loss * scale` whose scale the same scope also divides gradients by."""
     return scaled_losses(scope, {name for node in scope for name in _unscaled_by(node)})
 
 
-def scaled_losses(nodes: list[ast.AST], unscaled: set[str]) -> Iterator[ast.BinOp]:
-    """`loss * scale` among `nodes` whose scale is one of the `unscaled` names."""
+def scaled_losses(nodes: list[ast.AST], unscaled: set[str]) -> Iterator[ast.AST]:
+    """`loss * scale` (or `loss *= scale`) among `nodes` whose scale is one of the `unscaled`
+    names."""
     for node in nodes:
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-            for loss, scale in ((node.left, node.right), (node.right, node.left)):
-                name = name_of(scale)
-                if is_loss(name_of(loss)) and is_scale(name) and name in unscaled:
-                    yield node
+        for loss, scale in products(node):
+            name = name_of(scale)
+            if is_loss(name_of(loss)) and is_scale(name) and name in unscaled:
+                yield node
+
+
+def products(node: ast.AST) -> Iterator[tuple[ast.expr, ast.expr]]:
+    """The (multiplied, multiplier) pairs `node` may be: both ways round for `a * b`; the target
+    first for `a *= b` (GNMT's `loss *= self.loss_scale`)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        yield node.left, node.right
+        yield node.right, node.left
+    elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Mult):
+        yield node.target, node.value
 
 
 def _helper_scaling(tree: ast.Module) -> ast.Call | None:

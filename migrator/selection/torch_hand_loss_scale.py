@@ -31,6 +31,7 @@ from migrator.selection.hand_loss_scale import (
     is_scale,
     mentions_grad,
     name_of,
+    products,
     reciprocals,
 )
 from migrator.sources import pytree
@@ -140,7 +141,7 @@ def _backward_in(group: list[ast.AST]) -> bool:
 
 def _scaled_for_another(
     group: list[ast.AST], aliases: dict[str, set[str]], helpers: set[str]
-) -> ast.BinOp | None:
+) -> ast.AST | None:
     """`loss * scale` in a class that calls backward() and tests the gradients for inf/NaN, but
     leaves scaling them back to another class: apex's fp16_utils `DynamicLossScaler`, which GLM,
     sentiment-discovery and Megatron's first forks copy beside the FP16_Optimizer that divides
@@ -148,10 +149,9 @@ def _scaled_for_another(
     if not any(_is_check(n, helpers) and _on_gradients(n) for n in group):
         return None
     for node in group:
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-            for loss, scale in ((node.left, node.right), (node.right, node.left)):
-                if is_loss(name_of(loss)) and _scales(scale, aliases):
-                    return node
+        for loss, scale in products(node):
+            if is_loss(name_of(loss)) and _scales(scale, aliases):
+                return node
     return None
 
 
@@ -217,14 +217,14 @@ def _aliases(group: list[ast.AST]) -> dict[str, set[str]]:
 
 def _scaled_losses(
     group: list[ast.AST], unscaled: set[str], aliases: dict[str, set[str]]
-) -> Iterator[ast.BinOp]:
-    """`loss * scale` where the scale shares a name with what the gradients are divided by."""
+) -> Iterator[ast.AST]:
+    """`loss * scale` (or `loss *= scale`) where the scale shares a name with what the
+    gradients are divided by."""
     for node in group:
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-            for loss, scale in ((node.left, node.right), (node.right, node.left)):
-                if is_loss(name_of(loss)) and _scales(scale, aliases) & unscaled:
-                    yield node
-                    break
+        for loss, scale in products(node):
+            if is_loss(name_of(loss)) and _scales(scale, aliases) & unscaled:
+                yield node
+                break
 
 
 def _check_helpers(tree: ast.Module, *, methods: bool = False) -> set[str]:

@@ -114,3 +114,12 @@ def test_each_spelling_of_the_scaling_is_warned_at_the_check(loss: str, unscale:
 
     source = _SPELLED.format(loss=loss, unscale=unscale).encode()
     assert hand_loss_scale.sites(source) == [(9, f"{loss} * loss_scale", "tf.is_finite(g)")]
+
+
+def test_a_loss_scaled_in_place_is_warned_at_the_check() -> None:
+    from migrator.selection import hand_loss_scale
+
+    source = _SPELLED.replace("scaled = {loss} * loss_scale", "loss *= loss_scale")
+    source = source.replace("tf.gradients(scaled,", "tf.gradients(loss,")
+    source = source.format(unscale="grads[i] = grads[i] / loss_scale").encode()
+    assert hand_loss_scale.sites(source) == [(9, "loss *= loss_scale", "tf.is_finite(g)")]

@@ -240,13 +240,8 @@ def test_a_scaler_class_handing_the_loss_back_is_warned_where_the_file_calls_bac
     from migrator.selection import torch_hand_loss_scale
 
     source = _SCALER_CLASS.format(backward="self.loss_scaler.upscale(loss).backward()").encode()
-    assert torch_hand_loss_scale.site(source) == (
-        13,
-        "loss.float() * self.scale",
-        "total == float('inf')",
-        True,
-        True,
-    )
+    found = torch_hand_loss_scale.site(source)
+    assert found == (13, "loss.float() * self.scale", "total == float('inf')", True, True)
     without = _SCALER_CLASS.format(backward="return self.loss_scaler.upscale(loss)").encode()
     assert torch_hand_loss_scale.site(without) is None  # no backward in the file: not training
 
@@ -288,3 +283,15 @@ def test_a_scaler_leaving_the_gradients_to_another_class_is_warned_at_its_check(
     # a weighted loss with a NaN guard on the loss, not on gradients: not loss scaling
     guarded = _APEX_SCALER.format(check="torch.isnan(loss).any()").encode()
     assert torch_hand_loss_scale.site(guarded) is None
+
+
+def test_a_loss_scaled_in_place_is_the_scaled_loss() -> None:
+    # NVIDIA's MLPerf GNMT (seq2seq/train/fp_optimizers.py): `loss *= self.loss_scale`
+    from migrator.selection import torch_hand_loss_scale
+
+    source = _SPELLED.replace("scaled = {loss} * self.loss_scale", "{loss} *= self.loss_scale")
+    source = source.replace("scaled.backward()", "{loss}.backward()")
+    found = torch_hand_loss_scale.site(
+        source.format(loss="loss", unscale="p.grad.data /= self.loss_scale").encode()
+    )
+    assert found == (12, "loss *= self.loss_scale", "torch.isinf(p.grad)", True, True)
