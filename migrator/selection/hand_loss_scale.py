@@ -28,16 +28,20 @@ from migrator.findings import Finding
 from migrator.sources import pytree
 
 # `loss * scale` or `scale * loss` on one line, a name, a cast or a call around either
-# (`loss.float() * scale`, `tf.cast(loss, tf.float32) * loss_scale`), or `loss *= scale`: the
-# tree decides; this only spares the walk on the many training files that spell all three words.
+# (`loss.float() * scale`, `tf.cast(loss, tf.float32) * loss_scale`), `loss *= scale`, or the
+# product called (`tf.multiply(loss, scale)`, `loss.mul(scale)`): the tree decides; this only
+# spares the walk on the many training files that spell all three words.
 PRODUCT = re.compile(
-    rb"loss[^\n*=]{0,40}?\*=?\s*[\w.(]*scale|scale[^\n*=]{0,40}?\*\s*[\w.(]*loss", re.IGNORECASE
+    rb"loss[^\n*=]{0,40}?\*=?\s*[\w.(]*scale|scale[^\n*=]{0,40}?\*\s*[\w.(]*loss"
+    rb"|mul(?:tiply)?_?\([^)]{0,80}?loss[^)]{0,80}?scale|loss\w*\.mul_?\(\s*[\w.(]*scale",
+    re.IGNORECASE,
 )
 # A scaling helper pair, StyleGAN's tflib (copied into its forks): `loss =
 # self.apply_loss_scaling(loss)`, then `undo_loss_scaling(...)` on what scales the gradients back.
 _APPLY_HELPER = re.compile(rb"\bapply_loss_scal")
 _UNDO_HELPER = re.compile(rb"\bundo_loss_scal")
 _DIVIDES = frozenset({"div", "divide", "truediv", "realdiv", "div_no_nan"})
+_MULTIPLIES = frozenset({"multiply", "mul", "mul_"})
 _PASS_THROUGH = frozenset({"cast", "convert_to_tensor", "identity", "read_value", "to_float"})
 # A tensor's own casts (`loss.float()`, `loss.to(torch.float32)`): the value is the tensor's.
 _CAST_METHODS = frozenset({"float", "double", "half", "to", "type"})
@@ -161,13 +165,20 @@ def scaled_losses(nodes: list[ast.AST], unscaled: set[str]) -> Iterator[ast.AST]
 
 
 def products(node: ast.AST) -> Iterator[tuple[ast.expr, ast.expr]]:
-    """The (multiplied, multiplier) pairs `node` may be: both ways round for `a * b`; the target
-    first for `a *= b` (GNMT's `loss *= self.loss_scale`)."""
+    """The (multiplied, multiplier) pairs `node` may be: both ways round for `a * b` and
+    `tf.multiply(a, b)` (MLPerf's TF GNMT); the target first for `a *= b` (GNMT's PyTorch
+    `loss *= self.loss_scale`), the tensor first for `a.mul(b)`."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
         yield node.left, node.right
         yield node.right, node.left
     elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Mult):
         yield node.target, node.value
+    elif isinstance(node, ast.Call) and callee(node) in _MULTIPLIES:
+        if len(node.args) == 2:
+            yield node.args[0], node.args[1]
+            yield node.args[1], node.args[0]
+        elif len(node.args) == 1 and isinstance(node.func, ast.Attribute):
+            yield node.func.value, node.args[0]
 
 
 def _helper_scaling(tree: ast.Module) -> ast.Call | None:

@@ -60,13 +60,19 @@ _KERAS_HOMES: dict[str, tuple[str, ...] | None] = {
 _KERAS_EXPERIMENTAL_HOMES = registry.KERAS_EXPERIMENTAL_HOMES
 
 
+# The hops to one of TensorFlow's API versions: `import tensorflow.compat.v2 as tf` is how the
+# TF 2.0-2.3 official models (BERT, ResNet) spell TensorFlow, and its names are TensorFlow's own.
+_VERSION_HOPS = ("tensorflow.compat.v1", "tensorflow.compat.v2", "tensorflow._api.v1")
+
+
 def canonical(qualified: str) -> str:
-    """Drop the `compat.v1` hop so every spelling of one API compares equal; also a repeated one
-    (`tf.compat.v1.train.X` where `tf` is `tensorflow.compat.v1`, which runs)."""
-    for prefix in ("tensorflow.compat.v1.", "tensorflow._api.v1."):
-        if qualified.startswith(prefix):
-            return canonical("tensorflow." + qualified[len(prefix) :])
-    if qualified == "tensorflow.compat.v1":
+    """Drop the `compat.v1` (or `compat.v2`) hop so every spelling of one API compares equal;
+    also a repeated one (`tf.compat.v1.train.X` where `tf` is `tensorflow.compat.v1`, which
+    runs)."""
+    for hop in _VERSION_HOPS:
+        if qualified.startswith(hop + "."):
+            return canonical("tensorflow." + qualified[len(hop) + 1 :])
+    if qualified in _VERSION_HOPS[:2]:
         return "tensorflow"
     return qualified
 

@@ -68,6 +68,11 @@ class Distribution:
             and func.endswith(".DistributedOptimizer")
         ):
             self.facts.byteps_wrappers.append(node)
+        elif func is not None and func.endswith(".DistributedOptimizer") and _horovod_proxy(func):
+            # Horovod through the project's own module (Habana's BERT: `from
+            # common.horovod_helpers import hvd`): the wrapper is Horovod's, whatever imports it.
+            self.facts.horovod_imported = True
+            self.facts.wrappers.append(node)
 
     def _unresolved_horovod(self, func: cst.BaseExpression, attribute: str) -> bool:
         """`X.<attribute>` where X is Horovod though no single import resolves it: bound by a
@@ -190,6 +195,12 @@ class Distribution:
             "on every worker, but the NPU's saturation status is per device: pass "
             f'`overflow_mode="inf_nan"` to the {where}{reducer}',
         )
+
+
+def _horovod_proxy(func: str) -> bool:
+    """`X.DistributedOptimizer` where X is named for Horovod (`hvd`, a `horovod_helpers` module)
+    though it is a module of the project, not horovod itself."""
+    return any(part == "hvd" or "horovod" in part.lower() for part in func.split(".")[:-1])
 
 
 def _is_true(value: cst.BaseExpression | None) -> bool:

@@ -98,7 +98,7 @@ def test_tf21_experimental_loss_scale_becomes_keywords(ported: dict) -> None:
     # a loss scale held in a variable: "dynamic" or a number, chosen when the script runs; on
     # one line it would pass the 119 columns the file keeps, so it is wrapped within them
     choice = (
-        'LossScaleOptimizer(self.optimizer, **(\n'
+        "LossScaleOptimizer(self.optimizer, **(\n"
         '                    {} if loss_scale_value == "dynamic"\n'
         '                    else {"initial_scale": loss_scale_value, "dynamic": False}))\n'
     )
@@ -290,3 +290,66 @@ def test_a_mixed_float16_policy_without_a_loss_scale_optimizer_is_flagged(tmp_pa
     module, name, kept = json.loads(done.stdout.strip().splitlines()[-1])
     assert name == "LossScaleOptimizer" and module.startswith("keras.")  # Keras's own
     assert kept is True
+
+
+# The TF 2.0-2.3 official models' spelling (MLPerf v0.7's BERT and ResNet: modeling/performance.py)
+COMPAT_V2 = """import tensorflow.compat.v2 as tf
+from tensorflow.compat.v2.keras.mixed_precision import experimental as mixed_precision
+
+
+def configure_optimizer(optimizer, use_float16=False, loss_scale="dynamic"):
+  if use_float16:
+    optimizer = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
+        optimizer, loss_scale=loss_scale)
+  return optimizer
+
+
+def wrap(optimizer):
+  return mixed_precision.LossScaleOptimizer(optimizer, "dynamic")
+
+
+def is_scaled(optimizer):
+  return isinstance(optimizer, tf.keras.mixed_precision.experimental.LossScaleOptimizer)
+"""
+
+
+def test_tensorflow_compat_v2_names_are_tensorflows_own(tmp_path: Path) -> None:
+    """`tensorflow.compat.v2` is TensorFlow's API under another name: its LossScaleOptimizer is
+    ported, reached through the module alias or a from-import, and its isinstance test warned
+    (before, the file was left silently with Keras's inf/NaN-only check)."""
+    (tmp_path / "performance.py").write_text(COMPAT_V2, encoding="utf-8")
+    report = tmp_path / "report.json"
+    assert run_cli("--write", "--report", report, tmp_path).returncode == 0
+    text = (tmp_path / "performance.py").read_text(encoding="utf-8")
+    assert "from npu_lossscale.keras import LossScaleOptimizer" in text
+    assert "return LossScaleOptimizer(optimizer)" in text
+    assert "compat.v2.keras.mixed_precision import" not in text
+    warned = [
+        (f["line"], f["rule"])
+        for f in json.loads(report.read_text(encoding="utf-8"))["findings"]
+        if f["kind"] == "warning"
+    ]
+    assert warned == [(_line_in(COMPAT_V2, "isinstance("), "unported-api")]
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import keras, performance as p\n"
+            "fixed = p.configure_optimizer(keras.optimizers.SGD(0.1), True, 128.0)\n"
+            "dynamic = p.wrap(keras.optimizers.SGD(0.1))\n"
+            "print(type(fixed).__module__, fixed.dynamic, float(fixed.initial_scale),"
+            " dynamic.dynamic)\n",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert built.stdout.split()[-4:] == ["npu_lossscale.keras.optimizer", "False", "128.0", "True"]
+
+
+def _line_in(text: str, part: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), 1) if part in line)

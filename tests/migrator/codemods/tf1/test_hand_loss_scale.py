@@ -123,3 +123,21 @@ def test_a_loss_scaled_in_place_is_warned_at_the_check() -> None:
     source = source.replace("tf.gradients(scaled,", "tf.gradients(loss,")
     source = source.format(unscale="grads[i] = grads[i] / loss_scale").encode()
     assert hand_loss_scale.sites(source) == [(9, "loss *= loss_scale", "tf.is_finite(g)")]
+
+
+@pytest.mark.parametrize(
+    "product",
+    [
+        "tf.multiply(loss, loss_scale)",
+        # MLPerf v0.5's TF GNMT (nmt_gpu/estimator.py), over lines and with a name
+        'tf.multiply(\n        loss, tf.convert_to_tensor(loss_scale), name="scaling_loss")',
+        "tf.math.multiply(loss_scale, loss)",
+    ],
+)
+def test_a_loss_scaled_by_a_multiply_call_is_warned_at_the_check(product: str) -> None:
+    from migrator.selection import hand_loss_scale
+
+    source = _SPELLED.replace("{loss} * loss_scale", product)
+    source = source.format(unscale="grads[i] = grads[i] / loss_scale").encode()
+    (found,) = hand_loss_scale.sites(source)
+    assert found[1].startswith(product.split("(")[0] + "(") and found[2] == "tf.is_finite(g)"

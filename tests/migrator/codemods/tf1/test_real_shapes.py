@@ -431,3 +431,51 @@ def test_the_imported_model_fn_trains_on_one_and_on_two_replicas_on_tf115(
     assert trained[0]["step"] == trained[1]["step"] == 3
     assert trained[0]["w"] != [1.0, 2.0]
     assert trained[1]["w"] == pytest.approx(trained[0]["w"])
+
+
+# Habana's BERT (MLPerf v1.0): Horovod through a proxy of the project's own, built on first use.
+HOROVOD_HELPERS = """class _Hvd:
+    _hvd = None
+
+    def __getattr__(self, attr):
+        if _Hvd._hvd is None:
+            import horovod.tensorflow as hvd
+
+            hvd.init()
+            _Hvd._hvd = hvd
+        return getattr(_Hvd._hvd, attr)
+
+
+hvd = _Hvd()
+
+
+def horovod_enabled():
+    return _Hvd._hvd is not None and _Hvd._hvd.size() > 1
+"""
+PROXY_OPTIMIZATION = """import tensorflow as tf
+from common.horovod_helpers import hvd, horovod_enabled
+
+
+def create_optimizer(loss, lr):
+    optimizer = tf.compat.v1.train.GradientDescentOptimizer(lr)
+    if horovod_enabled():
+        optimizer = hvd.DistributedOptimizer(optimizer, sparse_as_dense=True)
+    manager = tf.contrib.mixed_precision.FixedLossScaleManager(128)
+    optimizer = tf.contrib.mixed_precision.LossScaleOptimizer(optimizer, manager)
+    return optimizer.minimize(loss)
+"""
+
+
+def test_horovod_through_a_project_proxy_gives_the_scripts_condition(tmp_path: Path) -> None:
+    """`hvd` from the project's horovod_helpers wraps under `if horovod_enabled():`: that is the
+    condition (before, no keyword: the workers' skip decisions could drift apart), and on one
+    device the port builds and trains without Horovod."""
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "common" / "horovod_helpers.py").write_text(HOROVOD_HELPERS, encoding="utf-8")
+    (tmp_path / "optimization.py").write_text(PROXY_OPTIMIZATION, encoding="utf-8")
+    assert run_cli("--write", tmp_path).returncode == 0
+    ported = (tmp_path / "optimization.py").read_text(encoding="utf-8")
+    assert "NPULossScaleOptimizer(optimizer, manager, is_distributed=horovod_enabled())" in ported
+    trained = _one_step(tmp_path, "optimization", "optimization.create_optimizer(loss, 0.1)")
+    assert trained == pytest.approx([0.8, -1.6])  # w - 0.1 * 2w, unscaled exactly

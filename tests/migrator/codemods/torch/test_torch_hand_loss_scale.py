@@ -295,3 +295,16 @@ def test_a_loss_scaled_in_place_is_the_scaled_loss() -> None:
         source.format(loss="loss", unscale="p.grad.data /= self.loss_scale").encode()
     )
     assert found == (12, "loss *= self.loss_scale", "torch.isinf(p.grad)", True, True)
+
+
+@pytest.mark.parametrize(
+    "product", ["loss.mul(self.loss_scale)", "torch.mul(loss, self.loss_scale)"]
+)
+def test_a_loss_scaled_by_a_mul_call_is_the_scaled_loss(product: str) -> None:
+    from migrator.selection import torch_hand_loss_scale
+
+    source = _SPELLED.replace("{loss} * self.loss_scale", product)
+    found = torch_hand_loss_scale.site(
+        source.format(unscale="p.grad.div_(self.loss_scale)").encode()
+    )
+    assert found == (12, product, "torch.isinf(p.grad)", True, True)
