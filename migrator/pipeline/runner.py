@@ -36,7 +36,7 @@ from migrator.selection.strategy_importers import builds_strategy, strategy_impo
 from migrator.selection.triage import Verdict, imports, parses, verdict, widen
 from migrator.sources import limits, pytree
 from migrator.sources.files import SourceFile
-from migrator.sources.module_paths import Paths, norm
+from migrator.sources.module_paths import norm
 
 if TYPE_CHECKING:
     from migrator.codemods.global_step import GlobalStepFacts
@@ -423,9 +423,7 @@ def run(
             loss_scale_modules=frozenset(loss_scale_modules),
             scaler_attrs=frozenset(scaler_attrs),
             scaler_helpers=built_by_helpers,
-            strategy_importers=strategy_importers(builders, Paths(every))
-            if builders
-            else frozenset(),
+            strategy_importers=strategy_importers(builders, every),
         )
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:

@@ -16,7 +16,7 @@ resolves them (migrator.sources.module_paths).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from migrator.selection.triage import imports
 from migrator.sources.module_paths import Paths, module_files, norm
@@ -32,15 +32,19 @@ def builds_strategy(data: bytes) -> bool:
 
 
 def strategy_importers(
-    builders: Iterable[tuple[str, bytes]], paths: Paths
+    builders: Sequence[tuple[str, bytes]], paths: Iterable[str]
 ) -> frozenset[tuple[str, str]]:
-    """(imported file, the first strategy file importing it) for every file of `paths` that one
-    of `builders` (path, bytes) imports; both paths normalised (module_paths.norm)."""
+    """(imported file, the first strategy file importing it) for every file of `paths` (the
+    run's, normalised) that one of `builders` (path, bytes) imports; both paths normalised
+    (module_paths.norm). The run's paths are indexed only where some file builds a strategy."""
+    if not builders:
+        return frozenset()
+    index = Paths(paths)
     found: dict[str, str] = {}
     for path, data in builders:
         importer = norm(path)
         for module in sorted(imports(data)):
-            for target in module_files(module, importer, paths):
+            for target in module_files(module, importer, index):
                 if target != importer:
                     found.setdefault(target, importer)
     return frozenset(found.items())

@@ -110,6 +110,7 @@ def site(source: bytes) -> Site | None:
     if not any(_backward_in(group) for group in groups):
         return None
     helpers: set[str] | None = None  # computed once a group may scale its loss
+    methods: set[str] | None = None  # once a group may leave the gradients to another class
     for group in groups:
         aliases = _aliases(group)
         divisors = [d for node in group for d in _unscaled_by(node)]
@@ -120,7 +121,8 @@ def site(source: bytes) -> Site | None:
         helpers = _check_helpers(tree) if helpers is None else helpers
         unscales = scaled is not None
         if scaled is None:
-            scaled = _scaled_for_another(group, aliases, _check_helpers(tree, methods=True))
+            methods = _check_helpers(tree, methods=True) if methods is None else methods
+            scaled = _scaled_for_another(group, aliases, methods)
             if scaled is None:
                 continue
         checks = [n for n in group if _is_check(n, helpers)]
