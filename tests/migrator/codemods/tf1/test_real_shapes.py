@@ -20,12 +20,15 @@ FIXTURES = MIGRATOR_FIXTURES
 TF115 = REPO_ROOT / ".venv-tf115" / "bin" / "python"
 
 
-def _python(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run a ported script (or `-c` code) in a fresh process, with the library importable."""
+def _python(
+    cwd: Path, *args: str, python: str | Path = sys.executable
+) -> subprocess.CompletedProcess[str]:
+    """Run a ported script (or `-c` code) in a fresh process of `python` (this interpreter, or a
+    stack's), with the library importable."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("INF_NAN_MODE_ENABLE", None)
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        [str(python), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
 
 
@@ -414,18 +417,9 @@ def test_the_imported_model_fn_trains_on_one_and_on_two_replicas_on_tf115(
     a MirroredStrategy of two devices, alike; without the keyword the library refuses the second
     at graph build (each replica would decide alone whether to skip a step)."""
     out, _ = strategy_elsewhere
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(out)]))
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     trained = []
     for replicas in ("1", "2"):
-        proc = subprocess.run(
-            [str(TF115), "-c", ESTIMATOR_RUN, replicas],
-            cwd=out,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = _python(out, "-c", ESTIMATOR_RUN, replicas, python=TF115)  # `import model` from out
         assert proc.returncode == 0, proc.stderr[-3000:]
         trained.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert trained[0]["step"] == trained[1]["step"] == 3
