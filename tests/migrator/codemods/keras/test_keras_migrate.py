@@ -219,17 +219,17 @@ def test_ported_files_compile_and_a_second_run_changes_nothing(ported: dict) -> 
     assert ported["again"].returncode == 0, ported["again"].stdout
 
 
-def test_ported_keras_script_trains(ported: dict) -> None:
+def _python(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run a ported script (or `-c` code) in a fresh process, with the library importable."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("INF_NAN_MODE_ENABLE", None)
-    done = subprocess.run(
-        [sys.executable, "train_fit.py"],
-        cwd=ported["out"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
+
+
+def test_ported_keras_script_trains(ported: dict) -> None:
+    done = _python(ported["out"], "train_fit.py")
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["classes"] == [OURS] * 4
@@ -330,22 +330,14 @@ def test_tensorflow_compat_v2_names_are_tensorflows_own(tmp_path: Path) -> None:
         if f["kind"] == "warning"
     ]
     assert warned == [(_line_in(COMPAT_V2, "isinstance("), "unported-api")]
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    built = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import keras, performance as p\n"
-            "fixed = p.configure_optimizer(keras.optimizers.SGD(0.1), True, 128.0)\n"
-            "dynamic = p.wrap(keras.optimizers.SGD(0.1))\n"
-            "print(type(fixed).__module__, fixed.dynamic, float(fixed.initial_scale),"
-            " dynamic.dynamic)\n",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    built = _python(
+        tmp_path,
+        "-c",
+        "import keras, performance as p\n"
+        "fixed = p.configure_optimizer(keras.optimizers.SGD(0.1), True, 128.0)\n"
+        "dynamic = p.wrap(keras.optimizers.SGD(0.1))\n"
+        "print(type(fixed).__module__, fixed.dynamic, float(fixed.initial_scale),"
+        " dynamic.dynamic)\n",
     )
     assert built.returncode == 0, built.stderr[-3000:]
     assert built.stdout.split()[-4:] == ["npu_lossscale.keras.optimizer", "False", "128.0", "True"]
