@@ -76,6 +76,7 @@ class Analyzer(StepReader):
                 if is_loss_scale_optimizer(self.qnames(c.func))
             ]
         seen: dict[str, int] = {}
+        defined = {path: fn for fn, path in functions}
         for fn, path in functions:
             if fn.name.value == "apply_gradients":
                 continue  # the increment's destination, not a hand-made update to move
@@ -83,9 +84,13 @@ class Analyzer(StepReader):
             seen[key] = seen.get(key, 0) + 1
             if seen[key] > 1:
                 key = f"{key}#{seen[key]}"
-            self._function(fn, key)
+            self._function(fn, key, defined.get(path[:-1]))
 
-    def _function(self, fn: cst.FunctionDef, key: str) -> None:
+    def _function(
+        self, fn: cst.FunctionDef, key: str, enclosing: cst.FunctionDef | None = None
+    ) -> None:
+        """`enclosing`: the function `fn` is defined in, whose optimizer a closure may use
+        (Habana's BERT updates the step in a `def update` inside `create_optimizer`)."""
         candidates = []
         unnamed = []  # `tf.assign_add(tf.train.get_global_step(), 1)`: no name to pass on
         for call in collect(fn.body, cst.Call):
@@ -113,7 +118,7 @@ class Analyzer(StepReader):
             return
         uses_loss_scale = any(
             is_loss_scale_optimizer(self.qnames(c.func))
-            for c in collect(fn, cst.Call, enter_defs=True)
+            for c in collect(enclosing or fn, cst.Call, enter_defs=True)
         )
         step = updates[0][1][0] if updates else "global_step"
         info = StepFunction(key, fn.name.value, self.line(fn), step=step)

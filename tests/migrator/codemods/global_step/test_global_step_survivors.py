@@ -202,6 +202,67 @@ def test_an_update_in_a_with_header_is_warned_at_its_own_line() -> None:
     assert manual.line == source.splitlines().index(header.rstrip("\n")) + 1
 
 
+NESTED_UPDATE = (
+    """    train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+    new_global_step = global_step + 1
+    train_op = tf.group(train_op, [global_step.assign(new_global_step)])
+    return train_op
+""",
+    """
+    def update():
+        train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+        new_global_step = global_step + 1
+        train_op = tf.group(train_op, [global_step.assign(new_global_step)])
+        return train_op
+
+    return update()
+""",
+)
+
+
+def _manual(findings: list) -> list:
+    return [f for f in findings if f.rule == "global-step-manual"]
+
+
+def test_a_closure_of_the_function_that_builds_the_optimizer_gets_its_own_reason() -> None:
+    """Habana's BERT advances the step in a `def update` nested in `create_optimizer`, whose
+    loss-scale optimizer it uses: not "a function that builds no loss-scale optimizer"."""
+    source = _variant(NESTED_UPDATE)
+    ported, findings = _port(source)
+    (manual,) = _manual(findings)
+    assert "comes from outside the function" in manual.message
+    assert manual.line == source.splitlines().index(NESTED_UPDATE[1].splitlines()[2]) + 1
+    assert ported.count("global_step.assign") == 1
+    assert "npu-migrate: global_step" not in ported
+
+    header = "        with tf.control_dependencies([global_step.assign(new_global_step)]):"
+    source = _variant(
+        NESTED_UPDATE,
+        (
+            "        train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n",
+            header + "\n            train_op = tf.identity(train_op)\n",
+        ),
+    )
+    (manual,) = _manual(_port(source)[1])
+    assert "in the header of a `with`" in manual.message
+    assert manual.line == source.splitlines().index(header) + 1
+
+
+def test_a_closure_of_a_function_without_loss_scaling_builds_none() -> None:
+    source = _variant(NESTED_UPDATE).replace(
+        "    optimizer = tf.contrib.mixed_precision.LossScaleOptimizer(optimizer, manager)\n", ""
+    )
+    source += (
+        "\n\ndef scaled(optimizer):\n"
+        "    manager = tf.contrib.mixed_precision.FixedLossScaleManager(8)\n"
+        "    return tf.contrib.mixed_precision.LossScaleOptimizer(optimizer, manager)\n"
+    )
+    (manual,) = _manual(_port(source)[1])
+    assert "update advances global_step itself but builds no loss-scale optimizer" in (
+        manual.message
+    )
+
+
 def test_a_keras_subclass_gets_no_global_step_keyword() -> None:
     """Keras's apply_gradients takes no global_step: passing one would be a TypeError."""
     source = _variant(
