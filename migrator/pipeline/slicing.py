@@ -284,7 +284,13 @@ def _targets(statement: ast.stmt) -> list[ast.AST]:
         roots = [statement.target]
     else:
         return []
-    return [node for root in roots for node in ast.walk(root)]
+    nodes: list[ast.AST] = []
+    for root in roots:
+        if root.__class__ is ast.Name:
+            nodes.append(root)  # nothing under a plain name binds (most targets: worth the test)
+        else:
+            nodes.extend(ast.walk(root))
+    return nodes
 
 
 def _build(source: bytes, lines: list[bytes], chunks: list[_Chunk], keep: list[bool]) -> View:

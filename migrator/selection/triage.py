@@ -175,11 +175,20 @@ def _names(tree: ast.AST) -> _Names:
             found.visit_Import(node)
         elif isinstance(node, ast.ImportFrom):
             found.visit_ImportFrom(node)
+    # `a.b` adds the same names wherever it is read: real code reads `tf.float32` or `self.x`
+    # hundreds of times, generated code tens of thousands.
+    read: set[tuple[str, str]] = set()
     for node in nodes:
-        kind = type(node)
+        kind = node.__class__
         if kind is ast.Name:
             found.visit_Name(node)
         elif kind is ast.Attribute:
+            value = node.value
+            if value.__class__ is ast.Name:
+                pair = (value.id, node.attr)
+                if pair in read:
+                    continue
+                read.add(pair)
             found.visit_Attribute(node)
         elif kind is ast.Call:
             found.visit_Call(node)
