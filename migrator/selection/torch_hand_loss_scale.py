@@ -12,11 +12,22 @@ scaler class hands the scaled loss back to the optimizer class that does (pytext
 `DynamicLossScaler.upscale`). Nor need it divide the gradients where it calls `backward()` on the
 scaled loss and tests the gradients for inf/NaN (apex's fp16_utils `DynamicLossScaler`, whose
 FP16_Optimizer divides them in another file). Read with `ast`, no libcst pass.
+
+Framework trainers spread the same steps over methods, classes and files, where no one class
+multiplies a loss by the scale it divides the gradients by. The file is then warned where it does
+its own loss scaling and checks gradients (or their norm) for inf/NaN itself, with `backward()`
+called in it: fairseq's and metaseq's FP16Optimizer (`self.scaler.scale(loss)`, the gradients
+multiplied by `1 / loss_scale`, `self.scaler.check_overflow(grad_norm)`), BMTrain's OptimManager
+(through module functions), ColossalAI's naive fp16 optimizer (the loss scaled by a mixin in
+another file). Megatron's MixedPrecisionOptimizer unscales and checks the gradients with
+torch's private fused op, `torch._amp_foreach_non_finite_check_and_unscale_`, the one GradScaler
+uses inside: called by hand it is loss scaling wherever `backward()` is.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -39,18 +50,26 @@ from migrator.sources import pytree
 _IN_PLACE_MULTIPLY = frozenset({"mul_", "mul"})
 _IN_PLACE_DIVIDE = frozenset({"div_", "div", "true_divide"})
 _CHECKS = frozenset({"isfinite", "isinf", "isnan"})
+_FUSED = "_amp_foreach_non_finite_check_and_unscale_"
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# What a file doing its own loss scaling without `loss * scale` in one line spells: a loss scale
+# by name, or a gradient divided by a scale (`p.grad.data.mul_(1.0 / div_scale)`).
+_OWN_SCALE = re.compile(
+    rb"loss_scale|grad[^\n]{0,60}?(?:/|div_?\()[^\n]{0,30}?scale", re.IGNORECASE
+)
 
 
 def might_scale_by_hand(source: bytes) -> bool:
     """False => `site` finds nothing (a byte test, before any parse)."""
+    if b"torch" not in source or b"tensorflow" in source:
+        return False  # migrator.selection.hand_loss_scale reads TensorFlow's
+    if _FUSED.encode() in source:
+        return True
     return (
-        b"torch" in source
-        and b"backward" in source
+        b"backward" in source
         and b"grad" in source
-        and b"tensorflow" not in source  # migrator.selection.hand_loss_scale reads those
         and b"GradScaler" not in source  # the torch port reads those
-        and PRODUCT.search(source) is not None
+        and (PRODUCT.search(source) is not None or _OWN_SCALE.search(source) is not None)
     )
 
 
@@ -59,9 +78,12 @@ def finding(source: bytes, path: str) -> Finding | None:
     found = site(source)
     if found is None:
         return None
-    line, scaled, check, seen, unscales = found
-    back = "gradients scaled back" if unscales else "another class scales the gradients back"
-    start = f"the file scales its loss by hand (`{scaled}`, {back}); left as it is: "
+    line, scaled, check, seen, unscales, own = found
+    if own:
+        start = f"the file does its own loss scaling (`{scaled}`); left as it is: "
+    else:
+        back = "gradients scaled back" if unscales else "another class scales the gradients back"
+        start = f"the file scales its loss by hand (`{scaled}`, {back}); left as it is: "
     if check and not seen:
         message = (
             f"{start}its overflow check (`{check}`) is defined in another module: if it looks for "
@@ -88,10 +110,11 @@ class Site(NamedTuple):
     """Where and how a class (or the module's functions) scales its loss by hand."""
 
     line: int  # where to warn: the check, else the loss multiplication
-    scaled: str  # the loss multiplication
+    scaled: str  # the loss multiplication (with `own`, what shows the file's own loss scaling)
     check: str | None  # the overflow check, None where there is none
     seen: bool  # whether the check's inf/NaN test is in this file
     unscales: bool  # whether the same class scales the gradients back
+    own: bool = False  # no one class multiplies the loss by the scale it divides gradients by
 
 
 def site(source: bytes) -> Site | None:
@@ -107,8 +130,17 @@ def site(source: bytes) -> Site | None:
     if not imports_package(tree, "torch"):
         return None
     groups = list(_groups(tree))
-    if not any(_backward_in(group) for group in groups):
-        return None
+    backward = any(_backward_in(group) for group in groups)
+    found = _by_product(tree, groups) if backward else None
+    if found is None:
+        found = _fused(groups)
+    if found is None and backward:
+        found = _own_scaling(tree, groups)
+    return found
+
+
+def _by_product(tree: ast.Module, groups: list[list[ast.AST]]) -> Site | None:
+    """The first class (or the module's functions) that multiplies its loss by a scale."""
     helpers: set[str] | None = None  # computed once a group may scale its loss
     methods: set[str] | None = None  # once a group may leave the gradients to another class
     for group in groups:
@@ -135,6 +167,85 @@ def site(source: bytes) -> Site | None:
             return Site(first.lineno, ast.unparse(scaled), ast.unparse(first), seen, unscales)
         return Site(scaled.lineno, ast.unparse(scaled), None, True, unscales)
     return None
+
+
+def _fused(groups: list[list[ast.AST]]) -> Site | None:
+    """Megatron's `torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv)`:
+    shown with the file's loss multiplication where it has one."""
+    calls = [n for g in groups for n in g if isinstance(n, ast.Call) and callee(n) == _FUSED]
+    if not calls:
+        return None
+    first = min(calls, key=lambda n: (n.lineno, n.col_offset))
+    scaled = next(
+        (
+            node
+            for group in groups
+            for node in group
+            if any(is_loss(name_of(loss)) and _scales(scale, {}) for loss, scale in products(node))
+        ),
+        first,
+    )
+    return Site(first.lineno, ast.unparse(scaled), ast.unparse(first), True, True, own=True)
+
+
+def _own_scaling(tree: ast.Module, groups: list[list[ast.AST]]) -> Site | None:
+    """Loss scaling spread over classes (fairseq's FP16Optimizer and DynamicLossScaler, BMTrain,
+    ColossalAI): a loss scale read or a gradient divided by a scale, and gradients (or their
+    norm) tested for inf/NaN, anywhere in the file. None where either is missing."""
+    nodes = [n for group in groups for n in group]
+    divides = _divides(tree)
+    shows = [n for n in nodes if _reads_loss_scale(n) or _unscales_by_scale(n, divides)]
+    if not shows:
+        return None
+    evidence = min(shows, key=lambda n: (n.lineno, n.col_offset))
+    helpers = _check_helpers(tree) | _check_helpers(tree, methods=True)
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, _FUNCTIONS)}
+    seen = [n for n in nodes if _is_check(n, helpers) and (_on_gradients(n) or _overflow(n))]
+    unseen = [n for n in nodes if _named_check(n, defined)]
+    checks = seen or unseen
+    if not checks:
+        return None
+    first = min(checks, key=lambda n: (n.lineno, n.col_offset))
+    shown = ast.unparse(evidence)
+    return Site(first.lineno, shown, ast.unparse(first), bool(seen), True, own=True)
+
+
+def _reads_loss_scale(node: ast.AST) -> bool:
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+    return isinstance(name, str) and "loss_scale" in name.lower()
+
+
+def _unscales_by_scale(node: ast.AST, divides: dict[str, int]) -> bool:
+    """A gradient divided by a scale: in place (`p.grad.data.mul_(1.0 / div_scale)`), or
+    through a module function that divides the gradients by one of its parameters (BMTrain's
+    `grad_rescale(param_groups, self.loss_scale)`)."""
+    if any(_scales(d, {}) for d in _unscaled_by(node)):
+        return True
+    if isinstance(node, ast.Call) and callee(node) in divides:
+        index = divides[callee(node)]
+        return index < len(node.args) and bool(_scales(node.args[index], {}))
+    return False
+
+
+def _divides(tree: ast.Module) -> dict[str, int]:
+    """The module's functions that divide gradients by one of their parameters, each with the
+    position of that parameter."""
+    found: dict[str, int] = {}
+    for function in tree.body:
+        if not isinstance(function, _FUNCTIONS):
+            continue
+        names = [a.arg for a in function.args.args]
+        for node in ast.walk(function):
+            for divisor in _unscaled_by(node):
+                if isinstance(divisor, ast.Name) and divisor.id in names:
+                    found.setdefault(function.name, names.index(divisor.id))
+    return found
+
+
+def _overflow(check: ast.AST) -> bool:
+    """A call named for overflows (`check_overflow(optimizer.param_groups)`): whatever it is given,
+    it tests what the step applies."""
+    return isinstance(check, ast.Call) and "overflow" in callee(check).lower()
 
 
 def _backward_in(group: list[ast.AST]) -> bool:
@@ -235,11 +346,21 @@ def _check_helpers(tree: ast.Module, *, methods: bool = False) -> set[str]:
     `DynamicLossScaler._has_inf_or_nan(x)`); not where a check is looked for to warn at: a call of
     a method holding one (`self.optimize_fp16()`) says less than the test inside it."""
     functions = ast.walk(tree) if methods else tree.body
-    return {
+    kernels = _kernels(tree)
+    return kernels | {
         node.name
         for node in functions
-        if isinstance(node, _FUNCTIONS) and any(_is_check(n, set()) for n in ast.walk(node))
+        if isinstance(node, _FUNCTIONS) and any(_is_check(n, kernels) for n in ast.walk(node))
     }
+
+
+def _kernels(tree: ast.Module) -> set[str]:
+    """Functions named for an inf/NaN test that the module calls but does not define: a kernel
+    (BMTrain's CUDA `has_inf_nan`). One the module defines is read instead (apex's
+    `_has_inf_or_nan`): the warning goes to the test inside it."""
+    called = {callee(n) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, _FUNCTIONS)}
+    return {name for name in called - defined if "inf" in name.lower() and "nan" in name.lower()}
 
 
 def _is_check(node: ast.AST, helpers: set[str]) -> bool:

@@ -110,14 +110,28 @@ def test_each_inf_or_nan_test_is_the_check(test: str, shown: str) -> None:
     from migrator.selection import torch_hand_loss_scale
 
     source = _CLASS.format(test=test).encode()
-    assert torch_hand_loss_scale.site(source) == (11, "loss * self.loss_scale", shown, True, True)
+    assert torch_hand_loss_scale.site(source) == (
+        11,
+        "loss * self.loss_scale",
+        shown,
+        True,
+        True,
+        False,
+    )
 
 
 def test_a_bound_on_the_norm_is_not_an_inf_or_nan_check() -> None:
     from migrator.selection import torch_hand_loss_scale
 
     source = _CLASS.format(test="norm > 1e4").encode()
-    assert torch_hand_loss_scale.site(source) == (7, "loss * self.loss_scale", None, True, True)
+    assert torch_hand_loss_scale.site(source) == (
+        7,
+        "loss * self.loss_scale",
+        None,
+        True,
+        True,
+        False,
+    )
 
 
 _SPELLED = """import torch
@@ -150,7 +164,14 @@ def test_a_loss_cast_before_it_is_scaled_is_the_scaled_loss(loss: str, shown: st
     from migrator.selection import torch_hand_loss_scale
 
     source = _SPELLED.format(loss=loss, unscale="p.grad.div_(self.loss_scale)").encode()
-    assert torch_hand_loss_scale.site(source) == (12, shown, "torch.isinf(p.grad)", True, True)
+    assert torch_hand_loss_scale.site(source) == (
+        12,
+        shown,
+        "torch.isinf(p.grad)",
+        True,
+        True,
+        False,
+    )
 
 
 @pytest.mark.parametrize(
@@ -167,6 +188,7 @@ def test_gradients_divided_in_place_by_an_operator_are_scaled_back(unscale: str)
         "torch.isinf(p.grad)",
         True,
         True,
+        False,
     )
     # what is divided in place must be a gradient
     assert [ast.unparse(d) for d in divisions(ast.parse(unscale).body[0], any_value=False)] == [
@@ -203,6 +225,7 @@ def test_a_check_named_for_overflows_but_defined_elsewhere_is_said_to_be_unseen(
         "DynamicLossScaler.has_overflow(norm)",
         False,
         True,
+        False,
     )
     found = torch_hand_loss_scale.finding(source, "mixin.py")
     assert found is not None and found.line == 12
@@ -211,7 +234,14 @@ def test_a_check_named_for_overflows_but_defined_elsewhere_is_said_to_be_unseen(
     # defined in the module with no inf/NaN test in it (a device status read): no check at all
     own = "\ndef has_overflow(norm):\n    return read_device_status()\n"
     source = _ELSEWHERE.format(defined=own).encode()
-    assert torch_hand_loss_scale.site(source) == (10, "loss * self.loss_scale", None, True, True)
+    assert torch_hand_loss_scale.site(source) == (
+        10,
+        "loss * self.loss_scale",
+        None,
+        True,
+        True,
+        False,
+    )
 
 
 _SCALER_CLASS = """import torch
@@ -241,7 +271,7 @@ def test_a_scaler_class_handing_the_loss_back_is_warned_where_the_file_calls_bac
 
     source = _SCALER_CLASS.format(backward="self.loss_scaler.upscale(loss).backward()").encode()
     found = torch_hand_loss_scale.site(source)
-    assert found == (13, "loss.float() * self.scale", "total == float('inf')", True, True)
+    assert found == (13, "loss.float() * self.scale", "total == float('inf')", True, True, False)
     without = _SCALER_CLASS.format(backward="return self.loss_scaler.upscale(loss)").encode()
     assert torch_hand_loss_scale.site(without) is None  # no backward in the file: not training
 
@@ -276,7 +306,14 @@ def test_a_scaler_leaving_the_gradients_to_another_class_is_warned_at_its_check(
     source = _APEX_SCALER.format(check=check).encode()
     # at the test itself: the method's call reads the gradients, the comparison finds inf/NaN
     shown = "cpu_sum == float('inf')"
-    assert torch_hand_loss_scale.site(source) == (14, "loss * self.loss_scale", shown, True, False)
+    assert torch_hand_loss_scale.site(source) == (
+        14,
+        "loss * self.loss_scale",
+        shown,
+        True,
+        False,
+        False,
+    )
     found = torch_hand_loss_scale.finding(source, "loss_scaler.py")
     assert found is not None
     assert "(`loss * self.loss_scale`, another class scales the gradients back)" in found.message
@@ -294,7 +331,7 @@ def test_a_loss_scaled_in_place_is_the_scaled_loss() -> None:
     found = torch_hand_loss_scale.site(
         source.format(loss="loss", unscale="p.grad.data /= self.loss_scale").encode()
     )
-    assert found == (12, "loss *= self.loss_scale", "torch.isinf(p.grad)", True, True)
+    assert found == (12, "loss *= self.loss_scale", "torch.isinf(p.grad)", True, True, False)
 
 
 @pytest.mark.parametrize(
@@ -307,4 +344,179 @@ def test_a_loss_scaled_by_a_mul_call_is_the_scaled_loss(product: str) -> None:
     found = torch_hand_loss_scale.site(
         source.format(unscale="p.grad.div_(self.loss_scale)").encode()
     )
-    assert found == (12, product, "torch.isinf(p.grad)", True, True)
+    assert found == (12, product, "torch.isinf(p.grad)", True, True, False)
+
+
+# Framework trainers: the loss scale kept by one class, the gradients tested by another, the
+# loss multiplied in a third (or in another file). Shapes of fairseq/metaseq, Megatron, BMTrain
+# and ColossalAI, written small.
+_SPREAD = {
+    # fairseq's FP16Optimizer: the scaler object is another module's
+    "scaler object": (
+        """import torch
+from .scaler import Scaler
+
+
+class FP16Optimizer:
+    def backward(self, loss):
+        loss = self.scaler.scale(loss)
+        loss.backward()
+
+    def clip(self, params, max_norm):
+        norm = self.factor * torch.nn.utils.clip_grad_norm_(params, max_norm)
+        self.scaler.check_overflow(norm)
+
+    def zero_grad(self):
+        self.factor = 1.0 / float(self.scaler.loss_scale)
+""",
+        (12, "self.scaler.loss_scale", "self.scaler.check_overflow(norm)", False),
+    ),
+    # ...and with the scaler class in the same file: its own test is seen
+    "scaler class beside it": (
+        """import torch
+
+
+class Scaler:
+    def check_overflow(self, grad_norm):
+        if grad_norm == float("inf") or grad_norm != grad_norm:
+            self.loss_scale /= 2
+            raise OverflowError
+
+
+class FP16Optimizer:
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+
+    def zero_grad(self):
+        self.factor = 1.0 / float(self.scaler.loss_scale)
+""",
+        (6, "self.loss_scale", "grad_norm == float('inf')", True),
+    ),
+    # Megatron: torch's private fused unscale-and-check, backward() in another file
+    "fused unscale": (
+        """import torch
+
+
+class MixedPrecisionOptimizer:
+    def scale_loss(self, loss):
+        return self.get_loss_scale() * loss
+
+    def step(self):
+        grads = [p.grad for p in self.params]
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, self.found_inf, self.inv_scale)
+        if self.found_inf.item() > 0:
+            return False
+        self.optimizer.step()
+""",
+        (
+            10,
+            "self.get_loss_scale() * loss",
+            "torch._amp_foreach_non_finite_check_and_unscale_"
+            "(grads, self.found_inf, self.inv_scale)",
+            True,
+        ),
+    ),
+    # BMTrain: module functions divide and check (the latter through an imported kernel)
+    "module helpers and a kernel": (
+        """import torch
+from .kernels import has_inf_nan
+
+
+def check_overflow(groups):
+    found = torch.zeros(1)
+    for group in groups:
+        for p in group["params"]:
+            has_inf_nan(p.grad, found)
+    if found > 0:
+        raise OverflowError
+
+
+def rescale(groups, scale):
+    for group in groups:
+        for p in group["params"]:
+            p.grad /= scale
+
+
+class Manager:
+    def backward(self, loss):
+        (loss * (self.loss_scale / self.grad_scale)).backward()
+
+    def step(self, optimizer):
+        check_overflow(optimizer.param_groups)
+        rescale(optimizer.param_groups, self.loss_scale)
+""",
+        (9, "p.grad /= scale", "has_inf_nan(p.grad, found)", True),
+    ),
+    # ColossalAI: the loss is scaled by a mixin of another file; only the unscaling shows here
+    "gradients unscaled for a mixin": (
+        """import torch
+
+
+class Mixin:
+    def local_overflow(self):
+        return any(not torch.isfinite(p.grad).all() for p in self.params)
+
+
+class Optimizer:
+    def backward(self, loss):
+        self.mixed_precision.pre_backward(loss).backward()
+
+    def step(self):
+        div_scale = self.mixed_precision.get_grad_div_scale()
+        for p in self.params:
+            p.grad.data.mul_(1.0 / div_scale)
+""",
+        (6, "p.grad.data.mul_(1.0 / div_scale)", "torch.isfinite(p.grad)", True),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_SPREAD))
+def test_loss_scaling_spread_over_classes_is_warned_at_its_check(case: str) -> None:
+    from migrator.selection import torch_hand_loss_scale
+
+    source, (line, shown, check, seen) = _SPREAD[case]
+    assert torch_hand_loss_scale.site(source.encode()) == (line, shown, check, seen, True, True)
+    found = torch_hand_loss_scale.finding(source.encode(), "optim.py")
+    assert found is not None and found.line == line
+    assert f"the file does its own loss scaling (`{shown}`)" in found.message
+    assert ("is defined in another module" in found.message) is not seen
+
+
+_GRADSCALER_LOOP = """import math
+import torch
+
+
+def train_one_epoch(model, loader, optimizer, scaler):
+    for batch in loader:
+        loss = model(batch)
+        if not math.isfinite(loss.item()):
+            raise SystemExit("loss is {}".format(loss.item()))
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        log(loss_scale=scaler.get_scale(), finite=NORM)
+"""
+
+
+@pytest.mark.parametrize("norm", ["None", "torch.isfinite(norm)"])
+def test_a_loop_driving_a_scaler_built_elsewhere_is_not_warned(norm: str) -> None:
+    """A GradScaler handed in (the file never names the class), a loss-scale figure logged and a
+    NaN guard on the loss: the scaler's check is torch's, ported where the scaler is built, and a
+    finiteness test of what is not a gradient is no overflow check."""
+    from migrator.selection import torch_hand_loss_scale
+
+    assert torch_hand_loss_scale.site(_GRADSCALER_LOOP.replace("NORM", norm).encode()) is None
+
+
+def test_a_test_the_module_defines_is_read_not_taken_by_its_name() -> None:
+    # Named for inf/NaN but the module's own, and bounding the values (what finds a saturated
+    # overflow too): no inf/NaN-only check, so nothing to warn about.
+    from migrator.selection import torch_hand_loss_scale
+
+    source, _ = _SPREAD["module helpers and a kernel"]
+    own = source.replace(
+        "from .kernels import has_inf_nan\n",
+        "\n\ndef has_inf_nan(x, found):\n    found += (x.abs() >= 65504).any()\n",
+    )
+    assert torch_hand_loss_scale.site(own.encode()) is None
