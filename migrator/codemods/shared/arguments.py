@@ -74,7 +74,11 @@ def renamed(arg: cst.Arg, name: str) -> cst.Arg:
 
 def append_keyword(args: Sequence[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:
     """Add `name=value` last, keeping a multi-line call's layout (and its trailing comma)."""
-    new = keyword(name, value)
+    return append_argument(args, keyword(name, value))
+
+
+def append_argument(args: Sequence[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    """Add `new` last, keeping a multi-line call's layout (and its trailing comma)."""
     if not args:
         return [new]
     out = list(args)
@@ -132,13 +136,6 @@ def _breaks_line(comma: cst.Comma | cst.MaybeSentinel) -> bool:
     return isinstance(comma, cst.Comma) and isinstance(
         comma.whitespace_after, cst.ParenthesizedWhitespace
     )
-
-
-def without_trailing_comma(args: Sequence[cst.Arg]) -> list[cst.Arg]:
-    out = list(args)
-    if out and isinstance(out[-1].comma, cst.Comma):
-        out[-1] = out[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return out
 
 
 def number_value(node: cst.BaseExpression) -> float | None:

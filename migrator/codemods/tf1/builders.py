@@ -56,7 +56,7 @@ def optimizer_builder(opt: WrappedOptimizer, value: cst.BaseExpression | None) -
             new = cst.Arg(value=args_.dynamic_manager(names[api.DYNAMIC]))
             if any(a.keyword is not None for a in out):
                 new = args_.keyword("loss_scale_manager", new.value)
-            out = args_.without_trailing_comma(out) + [new]
+            out = args_.append_argument(out, new)
         else:
             assert index is not None
             arg = out[index]
