@@ -245,6 +245,7 @@ UNRESOLVED_ACCESS = "unresolved-access"
 OPTIMIZER_KIND_UNKNOWN = "optimizer-kind-unknown"
 DISTRIBUTED_UNVERIFIED = "distributed-unverified"
 DISTRIBUTED_ENGINE_UNSUPPORTED = "distributed-engine-unsupported"  # BytePS: no engine of ours
+DISTRIBUTED_ELSEWHERE = "distributed-elsewhere"  # Horovod initialised by a module it imports
 SYMLINK_OUTSIDE = "symlink-outside"
 STAR_IMPORT = "star-import"
 NPU_IMPORT = "npu-import"

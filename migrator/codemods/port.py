@@ -28,13 +28,21 @@ def port_loss_scale(
     keras_helpers: frozenset[KerasHelper] = frozenset(),
     loss_scale_modules: frozenset[str] = frozenset(),
     strategy_importer: str | None = None,
+    horovod_importer: str | None = None,
 ) -> tuple[cst.Module, list[Finding]]:
     """Rewrite the loss-scale APIs of one file; returns the new tree and what was done or left.
 
     `strategy_importer`: a file of the run that builds a tf.distribute strategy and imports this
-    one (migrator.selection.strategy_importers)."""
+    one (migrator.selection.strategy_importers); `horovod_importer`: where a file of the run this
+    one imports calls hvd.init() (migrator.selection.horovod_importers)."""
     analyzer = LossScaleAnalyzer(
-        path, distributed, reexports, keras_helpers, loss_scale_modules, strategy_importer
+        path,
+        distributed,
+        reexports,
+        keras_helpers,
+        loss_scale_modules,
+        strategy_importer,
+        horovod_importer,
     )
     visit_wrapper(wrapper, analyzer)
     file = analyzer.file

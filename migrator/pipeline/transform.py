@@ -68,6 +68,9 @@ class MigrateOptions:
     # (file, importer) where a file of the run that builds a tf.distribute strategy imports the
     # file (migrator.selection.strategy_importers); paths normalised
     strategy_importers: frozenset[tuple[str, str]] = frozenset()
+    # (file, "path:line") where the file imports a file of the run that calls hvd.init()
+    # (migrator.selection.horovod_importers); the file's path normalised
+    horovod_importers: frozenset[tuple[str, str]] = frozenset()
 
     def __post_init__(self) -> None:
         if self.add_loss_scale is not None:
@@ -260,6 +263,7 @@ def _port(
             options.keras_helpers,
             options.loss_scale_modules,
             dict(options.strategy_importers).get(norm(path)),
+            dict(options.horovod_importers).get(norm(path)),
         )
     helpers = options.scaler_helpers
     if not might_need_torch_port(source) and not calls_helper(source, helpers):

@@ -58,10 +58,13 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         keras_helpers: frozenset[KerasHelper] = frozenset(),
         loss_scale_modules: frozenset[str] = frozenset(),
         strategy_importer: str | None = None,
+        horovod_importer: str | None = None,
     ) -> None:
         super().__init__()
         self.file = FileContext(path)
-        self.distribution = Distribution(self.file, distributed, strategy_importer)
+        self.distribution = Distribution(
+            self.file, distributed, strategy_importer, horovod_importer
+        )
         self.file_imports = FileImports(self.file, reexports, self.distribution.facts)
         self.keras_facts = KerasFacts(self.file, keras_helpers, loss_scale_modules)
         self.kinds = OptimizerKinds(self.file)

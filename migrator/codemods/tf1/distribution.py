@@ -25,14 +25,20 @@ from migrator.codemods.shared.distributed import (
 
 class Distribution:
     """`distributed` is the --distributed option: "auto", "always" or "never"; `strategy_importer`
-    a file of the run that builds a tf.distribute strategy and imports this one."""
+    a file of the run that builds a tf.distribute strategy and imports this one;
+    `horovod_importer` where a file of the run that this one imports calls hvd.init()."""
 
     def __init__(
-        self, file: FileContext, distributed: str, strategy_importer: str | None = None
+        self,
+        file: FileContext,
+        distributed: str,
+        strategy_importer: str | None = None,
+        horovod_importer: str | None = None,
     ) -> None:
         self.file = file
         self.distributed = distributed
         self.strategy_importer = strategy_importer
+        self.horovod_importer = horovod_importer
         self.facts = DistributedFacts()
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -137,6 +143,8 @@ class Distribution:
                 return elsewhere
             if self.facts.byteps_wrappers:
                 self._warn_byteps(call, keras)
+            elif self.horovod_importer is not None:
+                self._warn_horovod_elsewhere(call, keras)
             return None, ""
         if keras and not self.facts.horovod_imported:
             return None, (
@@ -172,6 +180,21 @@ class Distribution:
         return value, (
             f"{self.strategy_importer}, which imports this file, builds a tf.distribute strategy "
             "for some runs"
+        )
+
+    def _warn_horovod_elsewhere(self, call: cst.Call, keras: bool) -> None:
+        """Horovod initialised by a module this file imports: the gradients may be all-reduced
+        there (hok_env's gradient_fusion.py), which nothing here shows."""
+        where = "LossScaleOptimizer" if keras else "NPULossScaleOptimizer"
+        self.file.warn(
+            call,
+            registry.DISTRIBUTED_ELSEWHERE,
+            f"no is_distributed written: this file imports a module that initialises Horovod "
+            f"({self.horovod_importer}), and nothing here says whether this optimizer's "
+            "gradients are all-reduced over its workers; where they are, pass "
+            f"`is_distributed=hvd.size() > 1` to the {where} (with `import horovod.tensorflow "
+            "as hvd`), or each worker decides alone whether to skip an overflowed step and the "
+            "workers drift apart",
         )
 
     def _warn_byteps(self, call: cst.Call, keras: bool) -> None:
