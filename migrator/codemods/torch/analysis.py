@@ -214,6 +214,8 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         library = name.split(".")[0]
         if (what is None and wrapper is None) or library in self._foreign_warned:
             return
+        if name in names.INITIALISERS and self._models_only(node):
+            return  # apex's amp.initialize(model) for inference (a validation script): no scaling
         self._foreign_warned.add(library)
         if wrapper is not None:
             template, what = messages.WRAPPED_SCALER, wrapper
@@ -221,6 +223,18 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             template = messages.FOREIGN_SCALING
         text = template.format(code=code(node), what=what, library=library, ported=names.PORTED)
         self._warn(node, text, FOREIGN_RULE)
+
+    def _models_only(self, node: cst.CSTNode) -> bool:
+        """Whether `node` is called with models alone, no optimizer: amp.initialize then casts
+        the models and scales no loss."""
+        call = self.parent(node)
+        if not isinstance(call, cst.Call) or call.func is not node:
+            return False
+        if any(a.star for a in call.args):
+            return False  # `*args` or `**kwargs` may carry the optimizers
+        positional = [a for a in call.args if a.keyword is None]
+        keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+        return len(positional) <= 1 and "optimizers" not in keywords
 
     def _use(self, node: cst.Name | cst.Attribute, kind: Kind) -> None:
         parent = self.parent(node)

@@ -67,6 +67,8 @@ def classify(name: str) -> Kind | None:
 
 # Other libraries' loss scaling for torch, which the port leaves: each checks inf/NaN only.
 _FOREIGN = registry.TORCH_FOREIGN_LOSS_SCALING
+# Foreign loss scaling set up by a call that takes the optimizers: given none, it scales nothing.
+INITIALISERS = frozenset({"apex.amp.initialize"})
 
 
 def foreign(name: str) -> str | None:

@@ -141,6 +141,12 @@ def test_apex_loss_scaling_is_left_with_what_it_misses(ported: dict) -> None:
     assert "inf/NaN only" in found[0]["message"] and "saturation" in found[0]["message"]
 
 
+def test_apex_given_a_model_alone_scales_no_loss_and_is_not_warned(ported: dict) -> None:
+    assert _findings(ported["report"], "apex_inference.py") == []
+    found = _findings(ported["report"], "apex_eval_then_train.py")
+    assert [(f["line"], f["rule"]) for f in found] == [(12, "torch-foreign-loss-scale")]
+
+
 def test_import_torch_read_only_by_the_scaler_is_removed(ported: dict) -> None:
     text = (ported["out"] / "torch_only_for_scaler.py").read_text(encoding="utf-8")
     assert "import torch\n" not in text
