@@ -39,7 +39,11 @@ class KerasFacts:
         # (the optimizer it trains with may be wrapped there: Dreamer's tools.Optimizer)
         self._loss_scale_modules = loss_scale_modules
         self.imports_loss_scale_module = False
-        self.keras_trains = False  # model.compile(optimizer)/fit here: what Keras wraps
+        # model.compile(optimizer) here, its optimizer built by a function of such a module
+        # (graphcore's `compile(optimizer=get_optimizer(...))`) or not, and fit() here
+        self.wrapped_compiles = 0
+        self.unwrapped_compiles = 0
+        self.fits = False
         # what the file shows of its TensorFlow generation, for inner optimizers whose kind
         # cannot be seen: Keras names or model.compile/fit calls; TF 1-only symbols
         self.uses_keras = False
@@ -80,7 +84,13 @@ class KerasFacts:
     def visit_Call(self, node: cst.Call) -> None:
         func = self.file.canonical(node.func)
         keras_call = _is_keras_training_call(node, imported=func is not None)
-        self.keras_trains = self.keras_trains or keras_call
+        if keras_call and isinstance(node.func, cst.Attribute):
+            if node.func.attr.value != "compile":
+                self.fits = True
+            elif self._built_by_loss_scale_module(_compiled_optimizer(node)):
+                self.wrapped_compiles += 1
+            else:
+                self.unwrapped_compiles += 1
         if func is None and keras_call:
             self.uses_keras = True
         if keras_call or _is_training_step(node) or _names_training(node):
@@ -100,6 +110,18 @@ class KerasFacts:
         if not isinstance(node.names, cst.ImportStar):  # `from pkg import tools`
             for alias in node.names:
                 self._imported(last_name(alias.name))
+
+    def _built_by_loss_scale_module(self, value: cst.BaseExpression | None) -> bool:
+        """Whether `value` (or the one value a name was given) is a call of a function imported
+        from a module of the run that builds a LossScaleOptimizer."""
+        if isinstance(value, cst.Name):
+            assigned = [self.file.assigned_value(a) for a in self.file.assignments(value)]
+            value = assigned[0] if len(assigned) == 1 else None
+        if not isinstance(value, cst.Call):
+            return False
+        name = self.file.canonical(value.func)
+        module = name.rpartition(".")[0].rpartition(".")[2] if name else ""
+        return module in self._loss_scale_modules
 
     def _imported(self, module: str | None) -> None:
         if module is not None and module in self._loss_scale_modules:
@@ -147,9 +169,12 @@ class KerasFacts:
         nothing in such a file names a loss-scale API to port, so it would pass unremarked. Not
         where the file trains by hand (no compile or fit of its own) with what it imports from a
         module of the run that builds a LossScaleOptimizer (Dreamer's tools.Optimizer): that is
-        most likely wrapped there. HanLP's parser also imports such a helper, but its fit()
-        compiles other optimizers too, which Keras wraps: warned."""
-        if self.names_lso or (self.imports_loss_scale_module and not self.keras_trains):
+        most likely wrapped there; nor where every compile() here is given an optimizer that a
+        function of such a module builds (graphcore's `get_optimizer()`). HanLP's parser also
+        imports such a helper, but its fit() compiles other optimizers too, which Keras wraps:
+        warned."""
+        keras_trains = self.unwrapped_compiles or (self.fits and not self.wrapped_compiles)
+        if self.names_lso or (self.imports_loss_scale_module and not keras_trains):
             return
         if self.entry_script and not self.trains:
             return
@@ -227,6 +252,15 @@ def _names_training(call: cst.Call) -> bool:
     `train()` is most often a custom loop (CalciumGAN's main.py), which Keras never wraps."""
     name = last_name(call.func)
     return name is not None and "fit" in name.lower().split("_")
+
+
+def _compiled_optimizer(call: cst.Call) -> cst.BaseExpression | None:
+    """The optimizer a `model.compile(...)` call is given."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "optimizer":
+            return arg.value
+    first = call.args[0] if call.args else None
+    return first.value if first is not None and first.keyword is None else None
 
 
 def _is_keras_training_call(call: cst.Call, imported: bool) -> bool:

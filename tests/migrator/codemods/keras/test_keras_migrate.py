@@ -261,10 +261,12 @@ def test_a_mixed_float16_policy_without_a_loss_scale_optimizer_is_flagged(tmp_pa
         ("policy_runtime.py", 7),
         ("policy_reexported.py", 4),  # keras re-exported by a project's own module
         ("policy_delegated.py", 9),  # an entry script training through its project's module
+        ("policy_compiled_mixed.py", 8),  # one compile() of an optimizer Keras wraps
         # (policy_evaluate.py: an evaluation script, which never trains, is not warned, nor
         # policy_custom_loop.py, whose project's own train() is a custom loop;
         # policy_evaluate_compiled.py: nor where it compiles the model for its metrics only;
-        # policy_tools_wrapped.py: nor where it imports the run's module that wraps it)
+        # policy_tools_wrapped.py: nor where it imports the run's module that wraps it;
+        # policy_compiled_wrapped.py: nor where every compile() gets an optimizer built there)
     }
     assert "chosen at run time" in found["policy_runtime.py", 7]
     assert "chosen at run time" not in found["policy_fit.py", 7]
