@@ -158,6 +158,11 @@ def _by_product(tree: ast.Module, groups: list[list[ast.AST]]) -> Site | None:
             if scaled is None:
                 continue
         checks = [n for n in group if _is_check(n, helpers)]
+        if not checks:
+            # a method of another class of the file holding the test (mlbench's
+            # `self.loss_scaler.has_overflow(norm)`, a staticmethod of its DynamicLossScaler)
+            methods = _check_helpers(tree, methods=True) if methods is None else methods
+            checks = [n for n in group if _overflow(n) and _is_check(n, methods)]
         seen = bool(checks)
         if not seen:
             defined = {n.name for n in ast.walk(tree) if isinstance(n, _FUNCTIONS)}

@@ -520,3 +520,44 @@ def test_a_test_the_module_defines_is_read_not_taken_by_its_name() -> None:
         "\n\ndef has_inf_nan(x, found):\n    found += (x.abs() >= 65504).any()\n",
     )
     assert torch_hand_loss_scale.site(own.encode()) is None
+
+
+_STATIC_CHECK = """import torch
+
+
+class Scaler:
+    @staticmethod
+    def has_overflow(grad_norm):
+        return grad_norm == float("inf") or grad_norm != grad_norm
+
+
+class FP16Optimizer:
+    def backward(self, loss):
+        loss *= self.scaler.loss_scale
+        loss.backward()
+
+    def step(self, params):
+        for p in params:
+            p.grad.data.div_(self.scaler.loss_scale)
+        if not self.scaler.{call}(torch.nn.utils.clip_grad_norm_(params, 1.0)):
+            self.optimizer.step()
+"""
+
+
+def test_a_check_in_another_class_of_the_file_is_the_check() -> None:
+    """mlbench's FP16Optimizer calls its DynamicLossScaler's staticmethod `has_overflow(norm)`:
+    the file does check the gradients, for inf/NaN only (not "checks no gradient")."""
+    from migrator.selection import torch_hand_loss_scale
+
+    source = _STATIC_CHECK.format(call="has_overflow").encode()
+    found = torch_hand_loss_scale.site(source)
+    assert found is not None
+    assert (found.line, found.check, found.seen) == (
+        18,
+        "self.scaler.has_overflow(torch.nn.utils.clip_grad_norm_(params, 1.0))",
+        True,
+    )
+    # a method not named for a test is not taken for one
+    renamed = _STATIC_CHECK.replace("def has_overflow", "def report").format(call="report")
+    found = torch_hand_loss_scale.site(renamed.encode())
+    assert found is not None and found.check is None
