@@ -290,6 +290,24 @@ def _wrapper_decision(call: cst.Call, facts: DistributedFacts, parent: Parent) -
     return condition, f"Horovod wraps the optimizer only when `{code}`"
 
 
+def _unwrapped_branch(call: cst.Call, facts: DistributedFacts, parent: Parent) -> cst.If | None:
+    """The `if` around the call whose other branch applies `hvd.DistributedOptimizer`, where
+    every wrapper of the call's function sits in such a branch (neurst's `if hvd_backend: ...
+    else: opt = LossScaleOptimizer(optimizer)`): the optimizer built there is the single-worker
+    one, which `True` broke."""
+    home = _enclosing_function(call, parent)
+    around = {id(statement): in_else for statement, in_else in _guards(call, parent)}
+    found = None
+    for wrapper in facts.wrappers:
+        if _enclosing_function(wrapper, parent) is not home:
+            continue
+        other = [s for s, e in _guards(wrapper, parent) if id(s) in around and around[id(s)] != e]
+        if not other:
+            return None
+        found = found or other[0]
+    return found
+
+
 def _init_decision(facts: DistributedFacts, scope: Scope | None, parent: Parent) -> Decision | None:
     """`hvd.size() > 1` needs `hvd.init()`; where the script initialises Horovod only under a flag
     (`if FLAGS.horovod: hvd.init()`), the flag goes first so single-device runs never call it.
@@ -371,6 +389,12 @@ def is_distributed_value(
                 return cst.Name(name), f"`{name}` holds the script's world-size test"
             value = cst.parse_expression(f"not {name}")
             return value, f"`{name}` holds the script's single-worker test"
+    unwrapped = _unwrapped_branch(call, facts, parent)
+    if unwrapped is not None:
+        return None, (
+            f"it is built in the branch of `if {nodes.code(unwrapped.test)}:` where the script "
+            "does not wrap the optimizer for Horovod"
+        )
     decision = _wrapper_decision(call, facts, parent) or _init_decision(facts, scope, parent)
     if decision is not None:
         return _as_flag(decision[0], scope, canonical, parent), decision[1]

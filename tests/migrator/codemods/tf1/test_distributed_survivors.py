@@ -319,3 +319,25 @@ def test_a_horovod_parameter_defaulting_to_the_module_is_not_optional() -> None:
         f"    return {LSO}(opt, manager)\n"
     )
     assert flags == {"return": "hvd is not None and hvd.size() > 1"}
+
+
+def test_the_branch_that_does_not_wrap_for_horovod_is_the_single_worker_one() -> None:
+    """neurst: `if hvd_backend: opt = hvd.DistributedOptimizer(...) else: opt = LossScaleOptimizer
+    (...)`. The optimizer of the else branch never trains distributed: `True` there made every
+    single-device run fail at its first step. One built after the wrapper, in the branch that
+    applies it, is as before: that function always wraps it (`True`)."""
+    manager = "tf.contrib.mixed_precision.FixedLossScaleManager(8)"
+    source = HEADER + (
+        "def make(optimizer, hvd_backend=None):\n"
+        "    if hvd_backend:\n"
+        "        wrapped = hvd.DistributedOptimizer(optimizer)\n"
+        f"        distributed = {LSO}(wrapped, {manager})\n"
+        "    else:\n"
+        f"        single = {LSO}(optimizer, {manager})\n"
+    )
+    assert _flags(source) == {"distributed": "True", "single": None}
+    findings = migrate_source(source.encode(), path="train.py").findings
+    (single,) = [f for f in findings if f.line == 12 and f.rule == "contrib-optimizer"]
+    assert "no is_distributed because it is built in the branch of `if hvd_backend:`" in (
+        single.message
+    )
