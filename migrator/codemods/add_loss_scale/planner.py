@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import libcst as cst
 from libcst.metadata import (
     Assignment,
+    FunctionScope,
     MetadataWrapper,
     ParentNodeProvider,
     PositionProvider,
@@ -36,6 +37,7 @@ class Planner:
 
     def __init__(self, wrapper: MetadataWrapper, path: str, choice: str, keras: bool) -> None:
         self.finder = Finder(self.plan)
+        self.module = wrapper.module
         self.path = path
         self.parents = wrapper.resolve(ParentNodeProvider)
         self.positions = wrapper.resolve(PositionProvider)
@@ -276,9 +278,11 @@ class Planner:
     def _derived(self, statement: cst.Assign, scope: Scope) -> set[str]:
         """Names holding the gradients or values computed from them (clipping, zipping)."""
         derived = {n for t in statement.targets for n in names(t.target)}
+        # A function's scope has its node; the module's (a flat top-level script) has none.
+        root = scope.node if isinstance(scope, FunctionScope) else self.module
         assigns = [
             a
-            for a in walk(scope.node)
+            for a in walk(root)
             if isinstance(a, cst.Assign) and self.line(a) > self.line(statement)
         ]
         for assign in sorted(assigns, key=self.line):

@@ -204,3 +204,40 @@ def test_other_shapes(fixed) -> None:
     assert "self.optimizer.minimize" in warnings[0]["message"]
     assert "before the optimizer exists" in warnings[1]["message"]
     assert "tf.gradients(loss, tvars, gate_gradients=True)" in code  # left as it was
+
+
+FLAT = """import json
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+tf.disable_eager_execution()
+x = tf.placeholder(tf.float32, [None, 2])
+w = tf.get_variable("w", initializer=[[1.0], [-2.0]])
+loss = tf.reduce_mean(tf.matmul(x, w) ** 2)
+opt = tf.train.GradientDescentOptimizer(0.1)
+grads = tf.gradients(loss, [w])
+train_op = opt.apply_gradients(zip(grads, [w]))
+with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+    for _ in range(2):
+        sess.run(train_op, {x: np.ones((4, 2))})
+    print(json.dumps(sess.run(w).ravel().tolist()))
+"""
+
+
+def test_a_flat_script_at_module_level_is_wrapped_and_trains_as_before(tmp_path: Path) -> None:
+    """Its optimizer and gradients live in the module's scope, which has no node of its own:
+    the port crashed there (an internal error, the file left) and now wraps it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "flat.py").write_text(FLAT, encoding="utf-8")
+    (tmp_path / "orig.py").write_text(FLAT, encoding="utf-8")
+    proc = run_cli("--write", "--add-loss-scale", "dynamic", "-j", "1", src)
+    assert proc.returncode == 0, proc.stderr
+    ported = (src / "flat.py").read_text(encoding="utf-8")
+    assert "opt = NPULossScaleOptimizer(opt, loss_scale_manager)\n" in ported
+    assert "grads = [grad for grad, _ in opt.compute_gradients(loss, [w])]\n" in ported
+    ours = run_json(sys.executable, src, "flat.py")
+    theirs = run_json(sys.executable, tmp_path, "orig.py")
+    assert ours == theirs  # 2**32 scales and unscales exactly: the same two SGD steps
