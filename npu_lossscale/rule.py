@@ -98,8 +98,13 @@ def check_bool(name: str, value: object) -> bool:
 def check_optional_bool(name: str, value: object) -> bool | None:
     """None, where None means "decide automatically" (the Keras and torch front-ends'
     ``is_distributed``: reduce exactly when several replicas or ranks take part), or a flag as
-    check_bool takes it."""
-    return None if value is None else check_bool(name, value)
+    check_bool takes it; the error names None too, which these front-ends take (their default)."""
+    if value is None:
+        return None
+    try:
+        return check_bool(name, value)
+    except ValueError:
+        raise ValueError(f"{name} must be True, False or None; got {value!r}") from None
 
 
 def _check_fixed_extras(dynamic: bool, max_skipped_steps_at_floor: int | None) -> None:

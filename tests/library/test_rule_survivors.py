@@ -8,7 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from npu_lossscale.rule import DynamicRule, RuleState, check_bool, to_float32
+from npu_lossscale.rule import (
+    DynamicRule,
+    RuleState,
+    check_bool,
+    check_optional_bool,
+    to_float32,
+)
 
 
 def test_a_floor_equal_to_the_ceiling_pins_the_scale() -> None:
@@ -114,3 +120,12 @@ def test_a_scale_past_float32_is_refused(keyword: str, value: float) -> None:
         init = value  # an init below a floor is refused for another reason
     with pytest.raises(ValueError, match="that fits in float32; got"):
         DynamicRule.validated(init, 1, 1, 2, 0.5, **extras)
+
+
+def test_an_optional_flag_names_none_in_its_error() -> None:
+    """The Keras and torch front-ends take None for is_distributed (their default): a bad value's
+    message lists it beside True and False."""
+    assert check_optional_bool("is_distributed", None) is None
+    assert check_optional_bool("is_distributed", 1) is True
+    with pytest.raises(ValueError, match=r"^is_distributed must be True, False or None; got 2$"):
+        check_optional_bool("is_distributed", 2)
