@@ -291,10 +291,18 @@ def _wrapper_decision(call: cst.Call, facts: DistributedFacts, parent: Parent) -
 
 
 def _unwrapped_branch(call: cst.Call, facts: DistributedFacts, parent: Parent) -> cst.If | None:
-    """The `if` around the call whose other branch applies `hvd.DistributedOptimizer`, where
-    every wrapper of the call's function sits in such a branch (neurst's `if hvd_backend: ...
-    else: opt = LossScaleOptimizer(optimizer)`): the optimizer built there is the single-worker
-    one, which `True` broke."""
+    """The `if` around the call that says this is the run without Horovod: its test names
+    Horovod (`if hvd_backend:`, `if not FLAGS.use_horovod:`) and the call is in its branch for
+    false, or its other branch applies `hvd.DistributedOptimizer` and so does every wrapper of
+    the call's function (neurst: `if hvd_backend: ... else: opt = LossScaleOptimizer(opt)`).
+    The optimizer built there is the single-worker one, which `True` broke."""
+    for statement, in_else in _guards(call, parent):
+        negated = isinstance(statement.test, cst.UnaryOperation) and isinstance(
+            statement.test.operator, cst.Not
+        )
+        test = statement.test.expression if negated else statement.test  # type: ignore[attr-defined]
+        if _names_horovod(test) and in_else != negated:
+            return statement
     home = _enclosing_function(call, parent)
     around = {id(statement): in_else for statement, in_else in _guards(call, parent)}
     found = None
@@ -306,6 +314,15 @@ def _unwrapped_branch(call: cst.Call, facts: DistributedFacts, parent: Parent) -
             return None
         found = found or other[0]
     return found
+
+
+def _names_horovod(test: cst.BaseExpression) -> bool:
+    """A name or attribute read for its truth that names Horovod (`hvd_backend`, `use_horovod`,
+    `FLAGS.horovod`): not a call (`hvd.size() > 1` is a world-size test, decided before)."""
+    if not isinstance(test, (cst.Name, cst.Attribute)):
+        return False
+    last = test.value if isinstance(test, cst.Name) else test.attr.value
+    return "hvd" in last.lower() or "horovod" in last.lower()
 
 
 def _init_decision(facts: DistributedFacts, scope: Scope | None, parent: Parent) -> Decision | None:

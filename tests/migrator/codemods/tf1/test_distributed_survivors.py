@@ -341,3 +341,27 @@ def test_the_branch_that_does_not_wrap_for_horovod_is_the_single_worker_one() ->
     assert "no is_distributed because it is built in the branch of `if hvd_backend:`" in (
         single.message
     )
+
+
+@pytest.mark.parametrize(
+    ("test", "branch"),
+    [
+        ("hvd_backend", "else"),
+        ("FLAGS.use_horovod", "else"),
+        ("not use_hvd", "body"),
+    ],
+)
+def test_the_branch_where_a_horovod_flag_is_false_is_the_single_worker_one(
+    test: str, branch: str
+) -> None:
+    """neurst's real shape: the other branch builds the project's own Horovod optimizer, no
+    `hvd.DistributedOptimizer` to see, but the test names Horovod."""
+    manager = "tf.contrib.mixed_precision.FixedLossScaleManager(8)"
+    single = f"        single = {LSO}(optimizer, {manager})\n"
+    other = "        other = make_horovod_optimizer(optimizer)\n"
+    body, orelse = (other, single) if branch == "else" else (single, other)
+    source = HEADER + (
+        "def make(optimizer, hvd_backend=None, use_hvd=False):\n"
+        f"    if {test}:\n{body}    else:\n{orelse}"
+    )
+    assert _flags(source) == {"single": None}
