@@ -102,6 +102,24 @@ class _Names:
             self._module(f"{dots}{module}" if module else dots)
             self._module(full)
 
+    def alias(self, assignments: list[ast.Assign]) -> None:
+        """`name = dotted.chain` rooted at an import binds `name` to what the chain names (an
+        alias of an alias too); the import's own binding wins where a name has both."""
+        grown = True
+        while grown:
+            grown = False
+            for node in assignments:
+                target = node.targets[0]
+                assert isinstance(target, ast.Name)
+                if isinstance(node.value, ast.Attribute):
+                    chain, root = _chain(node.value)
+                else:
+                    chain, root = [], getattr(node.value, "id", None)
+                module = self.bound.get(root or "")
+                if module is not None and target.id not in self.bound:
+                    self.bound[target.id] = ".".join([module, *chain])
+                    grown = True
+
     def _parts(self, parts: list[str], framework: bool) -> None:
         (self.framework if framework else self.other).update(parts)
 
@@ -169,12 +187,22 @@ def _names(tree: ast.AST) -> _Names:
     every node gives the same sets."""
     found = _Names()
     nodes = _walk(tree)
-    # Imports first, wherever they are (function-local ones too), so every chain sees its root.
+    # Imports first, wherever they are (function-local ones too), so every chain sees its root;
+    # then the module aliases made of them (`keras = tf.keras`), which the codemods follow too.
+    aliases = []
     for node in nodes:
         if isinstance(node, ast.Import):
             found.visit_Import(node)
         elif isinstance(node, ast.ImportFrom):
             found.visit_ImportFrom(node)
+        elif (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, (ast.Name, ast.Attribute))
+        ):
+            aliases.append(node)
+    found.alias(aliases)
     # `a.b` adds the same names wherever it is read: real code reads `tf.float32` or `self.x`
     # hundreds of times, generated code tens of thousands.
     read: set[tuple[str, str]] = set()

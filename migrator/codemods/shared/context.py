@@ -25,6 +25,7 @@ from migrator.codemods.shared.lines import LineProvider, start_line
 from migrator.codemods.shared.nodes import code, walk
 from migrator.codemods.shared.parents import ParentProvider
 from migrator.codemods.shared.plan import Builder, CallEdit, Edits, Site
+from migrator.codemods.shared.qualified import module_alias
 from migrator.findings import Finding
 
 # What the composing visitor must declare for the context to answer.
@@ -89,9 +90,24 @@ class FileContext:
         if len(names) != 1:
             return None
         (qn,) = names
+        if qn.source is QualifiedNameSource.LOCAL:
+            return self._through_alias(node)
         if qn.source is not QualifiedNameSource.IMPORT:
             return None
         return api.canonical(qn.name)
+
+    def _through_alias(self, node: cst.CSTNode) -> str | None:
+        """`keras.mixed_precision.X` where `keras = tf.keras` (qualified.module_alias). Not
+        through tf.contrib, which TF 2 lacks: the alias itself would stay and fail there, so
+        that one is still reported as a module object to port by hand."""
+        alias = module_alias(node, self.scope(node), self.parent)
+        if alias is None:
+            return None
+        value, parts = alias
+        base = self.canonical(value)
+        if base is None or base.startswith("tensorflow.contrib"):
+            return None
+        return api.canonical(".".join([base, *parts]))
 
     def ambiguous(self, node: cst.CSTNode) -> bool:
         """Bound to several things here, one of them a loss-scale API (a try/except import)."""

@@ -7,11 +7,13 @@ gives the same names without that extra walk (about a quarter of the metadata ti
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import libcst as cst
 from libcst import MetadataDependent
-from libcst.metadata import QualifiedName, ScopeProvider
+from libcst.metadata import Assignment, QualifiedName, Scope, ScopeProvider
+
+from migrator.codemods.shared.nodes import is_dotted_name
 
 
 def qualified_names(visitor: MetadataDependent, node: cst.CSTNode) -> Collection[QualifiedName]:
@@ -20,3 +22,31 @@ def qualified_names(visitor: MetadataDependent, node: cst.CSTNode) -> Collection
     if scope is None:
         return set()
     return scope.get_qualified_names_for(node)
+
+
+def module_alias(
+    node: cst.CSTNode,
+    scope: Scope | None,
+    parent: Callable[[cst.CSTNode], cst.CSTNode | None],
+) -> tuple[cst.BaseExpression, list[str]] | None:
+    """For `a.b.c` whose root `a` has one assignment in `scope`, a plain `a = x.y` of a dotted
+    name: (`x.y`, ["b", "c"]). libcst qualifies names through imports only, so a module alias
+    (`keras = tf.keras`, `amp = torch.cuda.amp`) left its uses unported without a word; the
+    caller resolves `x.y` as it resolves any name."""
+    parts: list[str] = []
+    root = node
+    while isinstance(root, cst.Attribute):
+        parts.append(root.attr.value)
+        root = root.value
+    if not isinstance(root, cst.Name) or scope is None or root.value not in scope:
+        return None
+    assignments = [a for a in scope[root.value] if isinstance(a, Assignment)]
+    if len(assignments) != 1 or len(scope[root.value]) != 1 or assignments[0].node is root:
+        return None  # (the last: the alias's own name where it is bound, not a use of it)
+    target = parent(assignments[0].node)
+    statement = parent(target) if target is not None else None
+    if not (isinstance(target, cst.AssignTarget) and isinstance(statement, cst.Assign)):
+        return None
+    if len(statement.targets) != 1 or not is_dotted_name(statement.value):
+        return None
+    return statement.value, parts[::-1]

@@ -175,9 +175,19 @@ class ApiReferences:
 
 
 def _imported_roots(module: cst.Module) -> set[str] | None:
-    """Every name an import statement binds, anywhere in the module; None with a star import."""
+    """Every name an import statement binds, anywhere in the module, and every name assigned a
+    dotted name rooted at one (`keras = tf.keras`: FileContext.canonical follows such an alias);
+    None with a star import."""
     names: set[str] = set()
+    aliases: list[tuple[str, str]] = []
     for node in small_statements(module):
+        if (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and is_dotted_name(node.value)
+        ):
+            aliases.append((node.targets[0].target.value, dotted(node.value).split(".")[0]))
         if isinstance(node, cst.Import):
             for alias in node.names:
                 bound = alias.asname.name if alias.asname else alias.name
@@ -188,4 +198,11 @@ def _imported_roots(module: cst.Module) -> set[str] | None:
             for alias in node.names:
                 bound = alias.asname.name if alias.asname else alias.name
                 names.add(dotted(bound))  # type: ignore[arg-type]
+    grown = True
+    while grown:  # an alias of an alias
+        grown = False
+        for name, root in aliases:
+            if root in names and name not in names:
+                names.add(name)
+                grown = True
     return names

@@ -27,7 +27,7 @@ from migrator.codemods.shared import nodes
 from migrator.codemods.shared.lines import LineProvider, start_line
 from migrator.codemods.shared.nodes import code
 from migrator.codemods.shared.parents import ParentProvider
-from migrator.codemods.shared.qualified import qualified_names
+from migrator.codemods.shared.qualified import module_alias, qualified_names
 from migrator.codemods.torch import annotations, below_one, branches, messages, names, scan
 from migrator.codemods.torch.arguments import builder
 from migrator.codemods.torch.imports import Conflict, ImportSite, plan_imports
@@ -168,10 +168,23 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             return False  # not reached through a torch import: cannot be torch's scaler
         resolved = qualified_names(self, node)
         found = [q.name for q in resolved if q.source is QualifiedNameSource.IMPORT]
+        aliased = not found and len(resolved) == 1
+        if aliased:
+            found = self._through_alias(node)
         for name in found:
             self._foreign(node, name)
         related = [n for n in found if names.classify(n) or names.scaler_prefix(n)]
         if not related:
+            return False
+        if aliased:
+            # The port places its import beside the one binding the root name: here an
+            # assignment binds it, so the use is named, not rewritten.
+            self._hand_port(
+                node,
+                f"`{code(node)}` ({related[0]}) is reached through a module alias "
+                f"(`{nodes.root(node).value} = ...`); left as it is: port it to {names.PORTED} "
+                "by hand",
+            )
             return False
         if len(resolved) > 1:
             if branches.new_torch_choice(resolved):
@@ -206,6 +219,19 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         else:
             self._use(node, kind)
         return False
+
+    def _through_alias(self, node: cst.Name | cst.Attribute) -> list[str]:
+        """`amp.GradScaler` where `amp = torch.cuda.amp` (qualified.module_alias)."""
+        alias = module_alias(node, self.scope(node), self.parent)
+        if alias is None:
+            return []
+        value, parts = alias
+        bases = [q.name for q in qualified_names(self, value)]
+        if len(bases) != 1 or not all(
+            q.source is QualifiedNameSource.IMPORT for q in qualified_names(self, value)
+        ):
+            return []
+        return [".".join([bases[0], *parts])]
 
     def _foreign(self, node: cst.CSTNode, name: str) -> None:
         """Another library's loss scaling (apex) or its wrapper of torch's scaler (timm): once
