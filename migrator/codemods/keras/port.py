@@ -36,7 +36,7 @@ from migrator.codemods.shared import arguments as args_
 from migrator.codemods.shared.api import Kind
 from migrator.codemods.shared.comments import line_limit, width
 from migrator.codemods.shared.context import FileContext
-from migrator.codemods.shared.nodes import Parent
+from migrator.codemods.shared.nodes import Parent, walk
 from migrator.codemods.shared.plan import Builder
 from migrator.codemods.tf1.sites import LossScaleObject
 from migrator.selection.keras_helpers import KerasHelper
@@ -213,6 +213,8 @@ class KerasPort:
                 f"({assumed.note.split(';')[0].removeprefix('Keras 2 assumed: ')}); one file "
                 "cannot hold both, port it by hand"
             )
+        if problem is None:
+            problem = _private_state_replaced(site.call, a)
         scale = LossScale("default")
         if problem is None and site.spelling != "keras":
             scale, problem = self._loss_scale(site)
@@ -338,6 +340,43 @@ class KerasPort:
             return LossScale("default"), f"its `{a.code(ctor.call.func)}()` has no value"
         kind = "ctor-dynamic" if ctor.kind is Kind.TF_DYNAMIC else "ctor-fixed"
         return LossScale(kind, dict(ctor.bound)), None
+
+
+def _private_state_replaced(call: cst.Call, file: FileContext) -> str | None:
+    """Why the wrapper built by `call` must stay Keras's: its function (or the module) then
+    assigns a private attribute of it (neurst's `opt._loss_scale = RevisedDynamicLossScale(...)`).
+    npu_lossscale.keras's class keeps its own state under such names, so the port failed at its
+    first step; None where nothing is replaced."""
+    statement = file.parent(call)
+    if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
+        return None
+    target = statement.targets[0].target
+    if not isinstance(target, cst.Name):
+        return None
+    home: cst.CSTNode | None = statement
+    while home is not None and not isinstance(home, (cst.FunctionDef, cst.Module)):
+        home = file.parent(home)
+    built = file.line(call)
+    writes = [
+        (file.line(node), file.code(assigned.target))
+        for node in (walk(home) if home is not None else ())
+        if isinstance(node, cst.Assign)
+        for assigned in node.targets
+        if isinstance(assigned.target, cst.Attribute)
+        and isinstance(assigned.target.value, cst.Name)
+        and assigned.target.value.value == target.value
+        and assigned.target.attr.value.startswith("_")
+        and file.line(node) > built
+    ]
+    if not writes:
+        return None
+    line, written = min(writes)
+    return (
+        f"the script then replaces its private `{written}` (line {line}), where "
+        "npu_lossscale.keras's class keeps state of its own, so the port would fail at its "
+        "first step; port it by hand, and check what the replacement's overflow test looks "
+        "for: if inf/NaN only, it misses the overflows an NPU in saturation mode clamps to 65504"
+    )
 
 
 def _one_line(code: str) -> str:
