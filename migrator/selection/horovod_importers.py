@@ -9,7 +9,9 @@ gradients had kept them alike. The value to pass reads Horovod, which the file d
 so the port warns instead of writing one.
 
 The initialising files are those `init_sites` finds; a file is read for its imports (with `ast`,
-through the triage's cached reader) only where its bytes spell one of their module names.
+through the triage's cached reader) only where its bytes spell one of their module names, and an
+absolute import counts only from a folder the importer sits in (`from utils import X` in one
+project of the run does not mean another project's utils.py).
 """
 
 from __future__ import annotations
@@ -42,9 +44,23 @@ def horovod_importers(
         index = Paths(paths) if index is None else index
         for module in sorted(imports(data)):
             for target in module_files(module, importer, index):
-                if target in inits:
+                if target in inits and _reachable(target, module, importer):
                     found.setdefault(importer, inits[target])
     return frozenset(found.items())
+
+
+def _reachable(target: str, module: str, importer: str) -> bool:
+    """Whether the importer can mean `target` by `module`: a relative import, or an absolute
+    one from a folder the importer sits in (its own, or a project root above it). A file of
+    the same name in another project of the run (another `utils.py`) is not warned about."""
+    if module.startswith("."):
+        return True
+    parts = module.split(".")
+    for tail in ("/".join(parts) + ".py", "/".join([*parts, "__init__.py"])):
+        if target == tail or target.endswith("/" + tail):
+            root = target[: len(target) - len(tail)].rstrip("/")
+            return not root or importer.startswith(root + "/")
+    return False
 
 
 def _module_name(path: str) -> str:

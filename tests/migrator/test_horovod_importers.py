@@ -50,6 +50,8 @@ def test_the_files_importing_an_initialising_module_are_found() -> None:
         ("proj/pkg/model.py", MODEL.format(module="proj.fusion").encode()),
         ("proj/alone.py", ALONE.encode()),
         ("proj/other.py", MODEL.format(module="otherfusion").encode()),  # not of the run
+        # another project of the run: its `fusion` is a module of its own folder, not proj's
+        ("elsewhere/train.py", MODEL.format(module="fusion").encode()),
     ]
     sites = [("proj/fusion.py", 3)]
     paths = [path for path, _ in files]

@@ -290,12 +290,13 @@ def _wrapper_decision(call: cst.Call, facts: DistributedFacts, parent: Parent) -
     return condition, f"Horovod wraps the optimizer only when `{code}`"
 
 
-def _unwrapped_branch(call: cst.Call, facts: DistributedFacts, parent: Parent) -> cst.If | None:
+def _unwrapped_branch(call: cst.Call, parent: Parent) -> cst.If | None:
     """The `if` around the call that says this is the run without Horovod: its test names
-    Horovod (`if hvd_backend:`, `if not FLAGS.use_horovod:`) and the call is in its branch for
-    false, or its other branch applies `hvd.DistributedOptimizer` and so does every wrapper of
-    the call's function (neurst: `if hvd_backend: ... else: opt = LossScaleOptimizer(opt)`).
-    The optimizer built there is the single-worker one, which `True` broke."""
+    Horovod (neurst's `if hvd_backend: ... else: opt = LossScaleOptimizer(opt)`, `if not
+    FLAGS.use_horovod:`) and the call is in its branch for false. The optimizer built there is
+    the single-worker one, which `True` broke. (A wrapper in the other branch says nothing by
+    itself: DeepLearningExamples' ConvNets wraps for Horovod only without gradient accumulation,
+    whose own train step all-reduces the gradients.)"""
     for statement, in_else in _guards(call, parent):
         negated = isinstance(statement.test, cst.UnaryOperation) and isinstance(
             statement.test.operator, cst.Not
@@ -303,17 +304,7 @@ def _unwrapped_branch(call: cst.Call, facts: DistributedFacts, parent: Parent) -
         test = statement.test.expression if negated else statement.test  # type: ignore[attr-defined]
         if _names_horovod(test) and in_else != negated:
             return statement
-    home = _enclosing_function(call, parent)
-    around = {id(statement): in_else for statement, in_else in _guards(call, parent)}
-    found = None
-    for wrapper in facts.wrappers:
-        if _enclosing_function(wrapper, parent) is not home:
-            continue
-        other = [s for s, e in _guards(wrapper, parent) if id(s) in around and around[id(s)] != e]
-        if not other:
-            return None
-        found = found or other[0]
-    return found
+    return None
 
 
 def _names_horovod(test: cst.BaseExpression) -> bool:
@@ -406,11 +397,11 @@ def is_distributed_value(
                 return cst.Name(name), f"`{name}` holds the script's world-size test"
             value = cst.parse_expression(f"not {name}")
             return value, f"`{name}` holds the script's single-worker test"
-    unwrapped = _unwrapped_branch(call, facts, parent)
+    unwrapped = _unwrapped_branch(call, parent)
     if unwrapped is not None:
         return None, (
-            f"it is built in the branch of `if {nodes.code(unwrapped.test)}:` where the script "
-            "does not wrap the optimizer for Horovod"
+            f"it is built in the branch of `if {nodes.code(unwrapped.test)}:` for the run "
+            "without Horovod"
         )
     decision = _wrapper_decision(call, facts, parent) or _init_decision(facts, scope, parent)
     if decision is not None:

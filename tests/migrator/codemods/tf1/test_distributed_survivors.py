@@ -343,6 +343,21 @@ def test_the_branch_that_does_not_wrap_for_horovod_is_the_single_worker_one() ->
     )
 
 
+def test_a_wrapper_in_the_other_branch_alone_does_not_make_a_single_worker_branch() -> None:
+    """DeepLearningExamples' TF2 ConvNets: with gradient accumulation its own train step
+    all-reduces the gradients, so only the other branch wraps the optimizer for Horovod; the
+    optimizer built with accumulation still trains on every worker."""
+    manager = "tf.contrib.mixed_precision.FixedLossScaleManager(8)"
+    source = HEADER + (
+        "def make(optimizer, accumulation_steps):\n"
+        "    if accumulation_steps > 1:\n"
+        f"        accumulating = {LSO}(optimizer, {manager})\n"
+        "    else:\n"
+        "        optimizer = hvd.DistributedOptimizer(optimizer)\n"
+    )
+    assert _flags(source) == {"accumulating": "True"}
+
+
 @pytest.mark.parametrize(
     ("test", "branch"),
     [
