@@ -11,7 +11,13 @@ from collections.abc import Callable, Collection
 
 import libcst as cst
 from libcst import MetadataDependent
-from libcst.metadata import Assignment, QualifiedName, Scope, ScopeProvider
+from libcst.metadata import (
+    Assignment,
+    QualifiedName,
+    QualifiedNameSource,
+    Scope,
+    ScopeProvider,
+)
 
 from migrator.codemods.shared.nodes import is_dotted_name
 
@@ -50,3 +56,21 @@ def module_alias(
     if len(statement.targets) != 1 or not is_dotted_name(statement.value):
         return None
     return statement.value, parts[::-1]
+
+
+def through_alias(
+    visitor: MetadataDependent,
+    node: cst.CSTNode,
+    scope: Scope | None,
+    parent: Callable[[cst.CSTNode], cst.CSTNode | None],
+) -> list[str]:
+    """The imported qualified name `node` means through a module alias (`amp.GradScaler` where
+    `amp = torch.cuda.amp`), as a list of one; empty where it has no such meaning."""
+    alias = module_alias(node, scope, parent)
+    if alias is None:
+        return []
+    value, parts = alias
+    bases = list(qualified_names(visitor, value))
+    if len(bases) != 1 or bases[0].source is not QualifiedNameSource.IMPORT:
+        return []
+    return [".".join([bases[0].name, *parts])]

@@ -27,9 +27,10 @@ from migrator.codemods.shared import nodes
 from migrator.codemods.shared.lines import LineProvider, start_line
 from migrator.codemods.shared.nodes import code
 from migrator.codemods.shared.parents import ParentProvider
-from migrator.codemods.shared.qualified import module_alias, qualified_names
+from migrator.codemods.shared.qualified import qualified_names, through_alias
 from migrator.codemods.torch import annotations, below_one, branches, messages, names, scan
 from migrator.codemods.torch.arguments import builder
+from migrator.codemods.torch.foreign import ForeignScaling
 from migrator.codemods.torch.imports import Conflict, ImportSite, plan_imports
 from migrator.codemods.torch.names import Kind
 from migrator.codemods.torch.plan import ImportBinding, TorchPlan
@@ -80,7 +81,7 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         self._annotations: list[cst.Name | cst.Attribute] = []  # CUDA/CPU scalers annotated
         self._left = False  # the file leaves a scaler torch's (sharded, refused, foreign)
         self._plain_torch: list[tuple[cst.Import, int]] = []  # unaliased `import torch[.x.y]`
-        self._foreign_warned: set[str] = set()
+        self._foreign_scaling = ForeignScaling()
 
     # ----------------------------------------------------------------- helpers
     def line(self, node: cst.CSTNode) -> int:
@@ -170,15 +171,13 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
         found = [q.name for q in resolved if q.source is QualifiedNameSource.IMPORT]
         aliased = not found and len(resolved) == 1
         if aliased:
-            found = self._through_alias(node)
+            found = through_alias(self, node, self.scope(node), self.parent)
         for name in found:
             self._foreign(node, name)
         related = [n for n in found if names.classify(n) or names.scaler_prefix(n)]
         if not related:
             return False
-        if aliased:
-            # The port places its import beside the one binding the root name: here an
-            # assignment binds it, so the use is named, not rewritten.
+        if aliased:  # the port's import goes beside the import binding the root: none here
             self._hand_port(
                 node,
                 f"`{code(node)}` ({related[0]}) is reached through a module alias "
@@ -220,47 +219,12 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
             self._use(node, kind)
         return False
 
-    def _through_alias(self, node: cst.Name | cst.Attribute) -> list[str]:
-        """`amp.GradScaler` where `amp = torch.cuda.amp` (qualified.module_alias)."""
-        alias = module_alias(node, self.scope(node), self.parent)
-        if alias is None:
-            return []
-        value, parts = alias
-        bases = [q.name for q in qualified_names(self, value)]
-        if len(bases) != 1 or not all(
-            q.source is QualifiedNameSource.IMPORT for q in qualified_names(self, value)
-        ):
-            return []
-        return [".".join([bases[0], *parts])]
-
-    def _foreign(self, node: cst.CSTNode, name: str) -> None:
-        """Another library's loss scaling (apex) or its wrapper of torch's scaler (timm): once
-        per library and file, what it misses."""
-        what, wrapper = names.foreign(name), names.wrapped(name)
-        library = name.split(".")[0]
-        if (what is None and wrapper is None) or library in self._foreign_warned:
-            return
-        if name in names.INITIALISERS and self._models_only(node):
-            return  # apex's amp.initialize(model) for inference (a validation script): no scaling
-        self._foreign_warned.add(library)
-        if wrapper is not None:
-            template, what = messages.WRAPPED_SCALER, wrapper
-        else:
-            template = messages.FOREIGN_SCALING
-        text = template.format(code=code(node), what=what, library=library, ported=names.PORTED)
-        self._warn(node, text, FOREIGN_RULE)
-
-    def _models_only(self, node: cst.CSTNode) -> bool:
-        """Whether `node` is called with models alone, no optimizer: amp.initialize then casts
-        the models and scales no loss."""
+    def _foreign(self, node: cst.Name | cst.Attribute, name: str) -> None:
         call = self.parent(node)
-        if not isinstance(call, cst.Call) or call.func is not node:
-            return False
-        if any(a.star for a in call.args):
-            return False  # `*args` or `**kwargs` may carry the optimizers
-        positional = [a for a in call.args if a.keyword is None]
-        keywords = {a.keyword.value for a in call.args if a.keyword is not None}
-        return len(positional) <= 1 and "optimizers" not in keywords
+        called = call if isinstance(call, cst.Call) and call.func is node else None
+        text = self._foreign_scaling.message(name, code(node), called)
+        if text is not None:
+            self._warn(node, text, FOREIGN_RULE)
 
     def _use(self, node: cst.Name | cst.Attribute, kind: Kind) -> None:
         parent = self.parent(node)
