@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
@@ -28,7 +30,7 @@ def port_loss_scale(
     keras_helpers: frozenset[KerasHelper] = frozenset(),
     loss_scale_modules: frozenset[str] = frozenset(),
     strategy_importer: str | None = None,
-    horovod_importer: str | None = None,
+    horovod_importer: Callable[[], str | None] | None = None,
 ) -> tuple[cst.Module, list[Finding]]:
     """Rewrite the loss-scale APIs of one file; returns the new tree and what was done or left.
 

@@ -25,7 +25,7 @@ from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline.outcomes import FileOutcome, RunConfig, RunResult, Status
 from migrator.pipeline.output_check import output_error
 from migrator.pipeline.writes import apply, hold_back, report_half_moves, step_groups
-from migrator.selection.horovod_importers import horovod_importers
+from migrator.selection.horovod_importers import horovod_inits
 from migrator.selection.horovod_sites import init_sites, name_init_sites
 from migrator.selection.keras_helpers import KerasHelper, legacy_keras_helpers
 from migrator.selection.loss_scale_modules import builds_loss_scale_optimizer
@@ -425,9 +425,7 @@ def run(
             scaler_attrs=frozenset(scaler_attrs),
             scaler_helpers=built_by_helpers,
             strategy_importers=strategy_importers(builders, every),
-            horovod_importers=horovod_importers(
-                sites, [(s.display, data) for s, data in pending], every
-            ),
+            horovod_inits=horovod_inits(sites, every),
         )
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 import libcst as cst
@@ -33,6 +34,7 @@ from migrator.codemods.targets import npu_bridge
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline import cst_parse, outline, slicing
 from migrator.selection import hand_loss_scale, torch_hand_loss_scale, unscaled_gradients
+from migrator.selection.horovod_importers import HorovodInits, importer_of
 from migrator.selection.keras_helpers import KerasHelper
 from migrator.selection.prefilter import might_need_loss_scale_port, might_need_torch_port
 from migrator.selection.prefilter import (
@@ -68,9 +70,9 @@ class MigrateOptions:
     # (file, importer) where a file of the run that builds a tf.distribute strategy imports the
     # file (migrator.selection.strategy_importers); paths normalised
     strategy_importers: frozenset[tuple[str, str]] = frozenset()
-    # (file, "path:line") where the file imports a file of the run that calls hvd.init()
-    # (migrator.selection.horovod_importers); the file's path normalised
-    horovod_importers: frozenset[tuple[str, str]] = frozenset()
+    # where the run calls hvd.init(), for the files importing such a module
+    # (migrator.selection.horovod_importers)
+    horovod_inits: HorovodInits | None = None
 
     def __post_init__(self) -> None:
         if self.add_loss_scale is not None:
@@ -263,7 +265,7 @@ def _port(
             options.keras_helpers,
             options.loss_scale_modules,
             dict(options.strategy_importers).get(norm(path)),
-            dict(options.horovod_importers).get(norm(path)),
+            _horovod_importer(options.horovod_inits, path, source),
         )
     helpers = options.scaler_helpers
     if not might_need_torch_port(source) and not calls_helper(source, helpers):
@@ -276,6 +278,15 @@ def _port(
     ported, torch_findings = port_torch(Wrapper(module), path, *facts)
     mapped = _map_lines(torch_findings, code_of(wrapper.module), code_of(module))
     return ported, [*findings, *mapped]
+
+
+def _horovod_importer(
+    inits: HorovodInits | None, path: str, source: bytes
+) -> Callable[[], str | None] | None:
+    """Where a module the file imports calls hvd.init(), asked only if the port needs it."""
+    if inits is None:
+        return None
+    return functools.partial(importer_of, inits, path, source)
 
 
 def is_cheap_to_finish(prepared: PreparedFile, plan: ProjectPlan) -> bool:

@@ -1,4 +1,4 @@
-"""Which files of the run import a module that initialises Horovod: a project-level fact.
+"""Whether a file imports a module of the run that initialises Horovod: a project-level fact.
 
 tencent-ailab/hok_env's apd_model.py builds its optimizer (a graph rewrite, ported to the library's)
 and hands the gradients to gradient_fusion.py, which imports Horovod, calls `hvd.init()` as it is
@@ -8,51 +8,62 @@ overflowed step that the other applied, where the original's inf/NaN check of th
 gradients had kept them alike. The value to pass reads Horovod, which the file does not import,
 so the port warns instead of writing one.
 
-The initialising files are those `init_sites` finds; a file is read for its imports (with `ast`,
-through the triage's cached reader) only where its bytes spell one of their module names, and an
+The run's initialising files are those `init_sites` finds. A file's own imports are read (with
+`ast`) only when the port asks, for an optimizer with nothing said about distribution: asked of
+every file up front, the dense speed tree's `train`, `utils` and `main` made it read hundreds. An
 absolute import counts only from a folder the importer sits in (`from utils import X` in one
 project of the run does not mean another project's utils.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Iterable, Sequence
-from pathlib import PurePath
 
 from migrator.selection.triage import imports
 from migrator.sources.module_paths import Paths, module_files, norm
 
 
-def horovod_importers(
-    sites: Sequence[tuple[str, int]], files: Iterable[tuple[str, bytes]], paths: Iterable[str]
-) -> frozenset[tuple[str, str]]:
-    """(file, "initialising file:line") for every file of `files` (path, bytes) that imports a
-    file of the run calling `hvd.init()` (`sites`, as `init_sites` gives them) and calls none
-    itself; the first path normalised (module_paths.norm), as the run's `paths` are."""
-    if not sites:
-        return frozenset()
-    inits: dict[str, str] = {}
+@dataclasses.dataclass(frozen=True)
+class HorovodInits:
+    """Where the run calls `hvd.init()`, and the run's paths (both normalised)."""
+
+    sites: tuple[tuple[str, str], ...]  # (file, "file:line"), the first call of each file
+    paths: tuple[str, ...]
+
+
+def horovod_inits(sites: Sequence[tuple[str, int]], paths: Iterable[str]) -> HorovodInits | None:
+    """The run's initialising files, from `init_sites`; None where there are none."""
+    first: dict[str, str] = {}
     for path, line in sites:
-        inits.setdefault(norm(path), f"{path}:{line}")
-    names = {_module_name(p).encode() for p in inits}
-    index: Paths | None = None
-    found: dict[str, str] = {}
-    for path, data in files:
-        importer = norm(path)
-        if importer in inits or not any(name in data for name in names):
-            continue
-        index = Paths(paths) if index is None else index
-        for module in sorted(imports(data)):
-            for target in module_files(module, importer, index):
-                if target in inits and _reachable(target, module, importer):
-                    found.setdefault(importer, inits[target])
-    return frozenset(found.items())
+        first.setdefault(norm(path), f"{path}:{line}")
+    return HorovodInits(tuple(first.items()), tuple(paths)) if first else None
+
+
+def importer_of(inits: HorovodInits, path: str, source: bytes) -> str | None:
+    """Where a file of the run that `path` (its bytes `source`) imports calls `hvd.init()`
+    ("file:line"); None where it imports none, or calls it itself."""
+    sites = dict(inits.sites)
+    importer = norm(path)
+    if importer in sites:
+        return None
+    index = _index(inits.paths)
+    for module in sorted(imports(source)):
+        for target in module_files(module, importer, index):
+            if target in sites and _reachable(target, module, importer):
+                return sites[target]
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _index(paths: tuple[str, ...]) -> Paths:
+    return Paths(paths)
 
 
 def _reachable(target: str, module: str, importer: str) -> bool:
     """Whether the importer can mean `target` by `module`: a relative import, or an absolute
-    one from a folder the importer sits in (its own, or a project root above it). A file of
-    the same name in another project of the run (another `utils.py`) is not warned about."""
+    one from a folder the importer sits in (its own, or a project root above it)."""
     if module.startswith("."):
         return True
     parts = module.split(".")
@@ -61,9 +72,3 @@ def _reachable(target: str, module: str, importer: str) -> bool:
             root = target[: len(target) - len(tail)].rstrip("/")
             return not root or importer.startswith(root + "/")
     return False
-
-
-def _module_name(path: str) -> str:
-    """The name an import of the file spells last: its stem, or its package's for __init__.py."""
-    pure = PurePath(path)
-    return pure.parent.name if pure.stem == "__init__" else pure.stem

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cli_runner import run_cli
 
-from migrator.selection.horovod_importers import horovod_importers
+from migrator.selection.horovod_importers import horovod_inits, importer_of
 
 FUSION = """try:
     import horovod.tensorflow as hvd
@@ -53,13 +53,19 @@ def test_the_files_importing_an_initialising_module_are_found() -> None:
         # another project of the run: its `fusion` is a module of its own folder, not proj's
         ("elsewhere/train.py", MODEL.format(module="fusion").encode()),
     ]
-    sites = [("proj/fusion.py", 3)]
     paths = [path for path, _ in files]
-    assert horovod_importers(sites, files, paths) == {
-        ("proj/model.py", "proj/fusion.py:3"),
-        ("proj/pkg/model.py", "proj/fusion.py:3"),
-    }  # not the initialising file itself, nor the files that do not import it
-    assert horovod_importers([], files, paths) == frozenset()
+    inits = horovod_inits([("proj/fusion.py", 3)], paths)
+    assert inits is not None
+    found = {path: importer_of(inits, path, data) for path, data in files}
+    assert found == {
+        "proj/fusion.py": None,  # the initialising file itself
+        "proj/model.py": "proj/fusion.py:3",
+        "proj/pkg/model.py": "proj/fusion.py:3",
+        "proj/alone.py": None,
+        "proj/other.py": None,
+        "elsewhere/train.py": None,
+    }
+    assert horovod_inits([], paths) is None
 
 
 def test_the_port_warns_where_the_gradients_may_be_all_reduced_elsewhere(tmp_path: Path) -> None:

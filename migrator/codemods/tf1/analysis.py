@@ -23,6 +23,7 @@ libcst's codemods share a context:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import libcst as cst
 
@@ -58,7 +59,7 @@ class LossScaleAnalyzer(cst.CSTVisitor):
         keras_helpers: frozenset[KerasHelper] = frozenset(),
         loss_scale_modules: frozenset[str] = frozenset(),
         strategy_importer: str | None = None,
-        horovod_importer: str | None = None,
+        horovod_importer: Callable[[], str | None] | None = None,
     ) -> None:
         super().__init__()
         self.file = FileContext(path)

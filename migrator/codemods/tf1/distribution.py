@@ -8,6 +8,8 @@ same way for the TF1 and the Keras port (`shared/distributed.py` reads the condi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 from libcst.metadata import GlobalScope
 
@@ -26,14 +28,15 @@ from migrator.codemods.shared.distributed import (
 class Distribution:
     """`distributed` is the --distributed option: "auto", "always" or "never"; `strategy_importer`
     a file of the run that builds a tf.distribute strategy and imports this one;
-    `horovod_importer` where a file of the run that this one imports calls hvd.init()."""
+    `horovod_importer` says, when asked, where a file of the run that this one imports calls
+    hvd.init() (a read of the file's imports, so only for an optimizer that needs it)."""
 
     def __init__(
         self,
         file: FileContext,
         distributed: str,
         strategy_importer: str | None = None,
-        horovod_importer: str | None = None,
+        horovod_importer: Callable[[], str | None] | None = None,
     ) -> None:
         self.file = file
         self.distributed = distributed
@@ -144,7 +147,9 @@ class Distribution:
             if self.facts.byteps_wrappers:
                 self._warn_byteps(call, keras)
             elif self.horovod_importer is not None:
-                self._warn_horovod_elsewhere(call, keras)
+                site = self.horovod_importer()
+                if site is not None:
+                    self._warn_horovod_elsewhere(call, keras, site)
             return None, ""
         if keras and not self.facts.horovod_imported:
             return None, (
@@ -182,7 +187,7 @@ class Distribution:
             "for some runs"
         )
 
-    def _warn_horovod_elsewhere(self, call: cst.Call, keras: bool) -> None:
+    def _warn_horovod_elsewhere(self, call: cst.Call, keras: bool, site: str) -> None:
         """Horovod initialised by a module this file imports: the gradients may be all-reduced
         there (hok_env's gradient_fusion.py), which nothing here shows."""
         where = "LossScaleOptimizer" if keras else "NPULossScaleOptimizer"
@@ -190,7 +195,7 @@ class Distribution:
             call,
             registry.DISTRIBUTED_ELSEWHERE,
             f"no is_distributed written: this file imports a module that initialises Horovod "
-            f"({self.horovod_importer}), and nothing here says whether this optimizer's "
+            f"({site}), and nothing here says whether this optimizer's "
             "gradients are all-reduced over its workers; where they are, pass "
             f"`is_distributed=hvd.size() > 1` to the {where} (with `import horovod.tensorflow "
             "as hvd`), or each worker decides alone whether to skip an overflowed step and the "
