@@ -19,7 +19,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from migrator.codemods.shared.nodes import is_dotted_name
+from migrator.codemods.shared.nodes import dotted, is_dotted_name, small_statements
 
 
 def qualified_names(visitor: MetadataDependent, node: cst.CSTNode) -> Collection[QualifiedName]:
@@ -74,3 +74,25 @@ def through_alias(
     if len(bases) != 1 or bases[0].source is not QualifiedNameSource.IMPORT:
         return []
     return [".".join([bases[0].name, *parts])]
+
+
+def alias_names(module: cst.Module, roots: set[str]) -> set[str]:
+    """The names `module_alias` can follow to one of `roots`: assigned a dotted name rooted at
+    one (`amp = torch.cuda.amp`, `keras = tf.keras`), or at such an alias."""
+    assigned = [
+        (node.targets[0].target.value, dotted(node.value).split(".")[0])
+        for node in small_statements(module)
+        if isinstance(node, cst.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0].target, cst.Name)
+        and is_dotted_name(node.value)
+    ]
+    found: set[str] = set()
+    grown = True
+    while grown:
+        grown = False
+        for name, root in assigned:
+            if (root in roots or root in found) and name not in roots | found:
+                found.add(name)
+                grown = True
+    return found

@@ -19,6 +19,7 @@ from migrator.codemods.shared import api
 from migrator.codemods.shared.api import Kind
 from migrator.codemods.shared.context import FileContext
 from migrator.codemods.shared.nodes import code, dotted, is_dotted_name, small_statements
+from migrator.codemods.shared.qualified import alias_names
 from migrator.codemods.tf1.keras_facts import KerasFacts
 
 # A reference of one kind: (the Name/Attribute, the call it is the callee of, kind, qualified name)
@@ -179,15 +180,7 @@ def _imported_roots(module: cst.Module) -> set[str] | None:
     dotted name rooted at one (`keras = tf.keras`: FileContext.canonical follows such an alias);
     None with a star import."""
     names: set[str] = set()
-    aliases: list[tuple[str, str]] = []
     for node in small_statements(module):
-        if (
-            isinstance(node, cst.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0].target, cst.Name)
-            and is_dotted_name(node.value)
-        ):
-            aliases.append((node.targets[0].target.value, dotted(node.value).split(".")[0]))
         if isinstance(node, cst.Import):
             for alias in node.names:
                 bound = alias.asname.name if alias.asname else alias.name
@@ -198,11 +191,4 @@ def _imported_roots(module: cst.Module) -> set[str] | None:
             for alias in node.names:
                 bound = alias.asname.name if alias.asname else alias.name
                 names.add(dotted(bound))  # type: ignore[arg-type]
-    grown = True
-    while grown:  # an alias of an alias
-        grown = False
-        for name, root in aliases:
-            if root in names and name not in names:
-                names.add(name)
-                grown = True
-    return names
+    return names | alias_names(module, names)

@@ -13,6 +13,7 @@ from libcst.metadata import BaseAssignment
 
 from migrator.codemods.shared import nodes
 from migrator.codemods.shared.nodes import Parent
+from migrator.codemods.shared.qualified import alias_names
 from migrator.codemods.shared.visiting import visit
 from migrator.codemods.torch import names
 
@@ -38,29 +39,7 @@ def torch_roots(module: cst.Module) -> tuple[set[str], bool]:
             for alias in node.names:
                 bound = alias.asname.name if alias.asname else alias.name
                 roots.add(nodes.dotted(bound))
-    return roots | _aliases(module, roots), star
-
-
-def _aliases(module: cst.Module, roots: set[str]) -> set[str]:
-    """Names assigned a dotted name rooted at one of `roots` (`amp = torch.cuda.amp`), an alias
-    of an alias too: the analysis follows them (qualified.module_alias)."""
-    assigned = [
-        (node.targets[0].target.value, nodes.dotted(node.value).split(".")[0])
-        for node in nodes.small_statements(module)
-        if isinstance(node, cst.Assign)
-        and len(node.targets) == 1
-        and isinstance(node.targets[0].target, cst.Name)
-        and nodes.is_dotted_name(node.value)
-    ]
-    found: set[str] = set()
-    grown = True
-    while grown:
-        grown = False
-        for name, root in assigned:
-            if (root in roots or root in found) and name not in roots | found:
-                found.add(name)
-                grown = True
-    return found
+    return roots | alias_names(module, roots), star
 
 
 def catches_import_error(statement: cst.Try) -> bool:
