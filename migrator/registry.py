@@ -143,6 +143,60 @@ TORCH_WRAPPED_SCALERS = {
     "timm.utils.cuda.NativeScaler": "timm's NativeScaler",
 }
 
+# Training frameworks that scale the loss themselves once asked for fp16 (the port does not reach
+# into them; migrator.selection.framework_fp16 warns): the call that asks, by qualified name, with
+# the framework's name in the warning.
+_LIGHTNING_HOMES = (
+    "pytorch_lightning",
+    "pytorch_lightning.trainer",
+    "pytorch_lightning.trainer.trainer",
+    "lightning",
+    "lightning.pytorch",
+    "lightning.pytorch.trainer",
+    "lightning.pytorch.trainer.trainer",
+)
+_FABRIC_HOMES = ("lightning", "lightning.fabric", "lightning.fabric.fabric", "lightning_fabric")
+_HF_ARGUMENTS = (
+    "transformers.TrainingArguments",
+    "transformers.training_args.TrainingArguments",
+    "transformers.Seq2SeqTrainingArguments",
+    "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+    # TRL's trainer configs are TrainingArguments subclasses, with its `fp16`
+    *(
+        f"trl.{kind}Config"
+        for kind in ("SFT", "DPO", "Reward", "ORPO", "KTO", "CPO", "GRPO", "PPO", "RLOO", "GKD")
+    ),
+)
+TORCH_FRAMEWORK_FP16 = {
+    "deepspeed.initialize": "DeepSpeed",
+    **{f"{m}.Trainer": "Lightning" for m in _LIGHTNING_HOMES},
+    **{f"{m}.Fabric": "Lightning" for m in _FABRIC_HOMES},
+    "accelerate.Accelerator": "accelerate",
+    "accelerate.accelerator.Accelerator": "accelerate",
+    **{name: "Hugging Face's Trainer" for name in _HF_ARGUMENTS},
+}
+# Parsers that build those arguments from the command line (`--fp16`), given their classes.
+TORCH_FRAMEWORK_PARSERS = {
+    "transformers.HfArgumentParser": "Hugging Face's Trainer",
+    "transformers.hf_argparser.HfArgumentParser": "Hugging Face's Trainer",
+    "trl.TrlParser": "Hugging Face's Trainer",
+}
+TORCH_FRAMEWORK_PACKAGES = frozenset(n.split(".")[0] for n in TORCH_FRAMEWORK_FP16)
+# The keyword that hands the framework's loop to DeepSpeed, whose scaler then scales the loss.
+TORCH_FRAMEWORK_DEEPSPEED_KEYWORDS = {
+    "Lightning": "strategy",  # "deepspeed_stage_2" or DeepSpeedStrategy(...)
+    "accelerate": "deepspeed_plugin",
+    "Hugging Face's Trainer": "deepspeed",  # a JSON path or dict
+}
+# The keywords that ask each for fp16 (DeepSpeed's config is read apart), and the literal values
+# that do: Lightning's 16 and "16" are the old spellings of "16-mixed"; accelerate's `fp16=True`
+# is its first spelling of mixed_precision="fp16".
+TORCH_FRAMEWORK_FP16_KEYWORDS = {
+    "Lightning": (("precision", (16, "16", "16-mixed")),),
+    "accelerate": (("mixed_precision", ("fp16",)), ("fp16", (True,))),
+    "Hugging Face's Trainer": (("fp16", (True,)),),
+}
+
 # ============================================================= API spellings: cross-cutting moves
 # The global-step move: a hand-made update names the step and calls an assign-like op; an
 # optimizer class defines the method the increment moves into.
@@ -260,6 +314,7 @@ TORCH_IMPORT = "torch-import"
 TORCH_SCALE_BELOW_ONE = "torch-scale-below-one"
 TORCH_FOREIGN_LOSS_SCALE = "torch-foreign-loss-scale"
 TORCH_HAND_LOSS_SCALE = "torch-hand-loss-scale"  # migrator.selection.torch_hand_loss_scale
+TORCH_FRAMEWORK_LOSS_SCALE = "torch-framework-loss-scale"  # migrator.selection.framework_fp16
 
 # ----------------------------------------------------------------- cross-cutting rewrites
 GLOBAL_STEP_MOVE = "global-step-move"

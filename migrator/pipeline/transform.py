@@ -33,7 +33,12 @@ from migrator.codemods.shared.visiting import Wrapper
 from migrator.codemods.targets import npu_bridge
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline import cst_parse, outline, slicing
-from migrator.selection import hand_loss_scale, torch_hand_loss_scale, unscaled_gradients
+from migrator.selection import (
+    framework_fp16,
+    hand_loss_scale,
+    torch_hand_loss_scale,
+    unscaled_gradients,
+)
 from migrator.selection.horovod_importers import HorovodInits, importer_of
 from migrator.selection.keras_helpers import KerasHelper
 from migrator.selection.prefilter import might_need_loss_scale_port, might_need_torch_port
@@ -311,6 +316,7 @@ def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -
     """Combine a prepared file with the project plan into the file's final result."""
     result = _finish(prepared, plan, options)
     found = hand_loss_scale.findings(result.old_source, result.path)  # the user's own bytes
+    found += framework_fp16.findings(result.old_source, result.path)
     for check in (torch_hand_loss_scale.finding, unscaled_gradients.finding):
         other = check(result.old_source, result.path)
         found += [other] if other is not None else []

@@ -9,7 +9,7 @@ add an API spelling there, not here.
 from __future__ import annotations
 
 from migrator import registry
-from migrator.selection import torch_hand_loss_scale
+from migrator.selection import framework_fp16, torch_hand_loss_scale
 from migrator.selection.hand_loss_scale import might_scale_by_hand
 
 
@@ -79,9 +79,12 @@ def _steps(source: bytes) -> bool:
 
 
 def _hand_scaled(source: bytes) -> bool:
-    # TF code scaling its loss by hand with its own is_finite check, or torch code scaling its
-    # loss by hand, need spell no trigger (migrator.selection.hand_loss_scale and
-    # torch_hand_loss_scale decide; the triage admits what they find).
-    return (b"is_finite" in source and might_scale_by_hand(source)) or (
-        torch_hand_loss_scale.might_scale_by_hand(source)
+    # TF code scaling its loss by hand with its own is_finite check, torch code scaling its loss
+    # by hand, and a training framework asked for fp16, need spell no trigger
+    # (migrator.selection.hand_loss_scale, torch_hand_loss_scale and framework_fp16 decide; the
+    # triage admits what they find).
+    return (
+        (b"is_finite" in source and might_scale_by_hand(source))
+        or torch_hand_loss_scale.might_scale_by_hand(source)
+        or framework_fp16.might_use(source)
     )

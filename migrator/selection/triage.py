@@ -26,7 +26,7 @@ import tokenize
 from typing import Literal
 
 from migrator import registry
-from migrator.selection import hand_loss_scale, torch_hand_loss_scale
+from migrator.selection import framework_fp16, hand_loss_scale, torch_hand_loss_scale
 from migrator.selection.prefilter import might_need_loss_scale_added
 from migrator.sources import pytree
 from migrator.sources.module_paths import Paths, module_files, norm
@@ -238,7 +238,7 @@ def verdict(source: bytes, *, add_loss_scale: bool = False) -> Verdict:
     found = _read(source)
     if found is None or uses_loss_scale(found) or hand_loss_scale.sites(source):
         return "full"
-    if torch_hand_loss_scale.site(source) is not None:
+    if torch_hand_loss_scale.site(source) is not None or framework_fp16.sites(source):
         return "full"
     return "step" if _uses_step(found) else "clear"
 
