@@ -155,6 +155,14 @@ def test_a_report_under_a_file_is_a_usage_error_naming_that_file(tmp_path: Path)
     assert proc.stdout == ""  # refused before any work
 
 
+def test_missing_folders_on_the_way_to_a_report_are_created(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_bytes(PORTABLE)
+    proc = run_cli("train.py", "--report", "reports/today/r.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "reports" / "today" / "r.json").read_text(encoding="utf-8"))
+    assert [f["path"] for f in report["files"]] == ["train.py"]
+
+
 def test_unwritable_report_path_is_an_error_after_the_run(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_bytes(PORTABLE)
     name = "r" * 300 + ".json"  # longer than a file name may be: the write itself fails
