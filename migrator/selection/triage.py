@@ -83,7 +83,7 @@ class _Names:
         for alias in node.names:
             top = alias.name.split(".")[0]
             self._parts(alias.name.split(".") + [alias.asname or top], top in FRAMEWORKS)
-            self.bound[alias.asname or top] = alias.name if alias.asname else top
+            self._bind(alias.asname or top, alias.name if alias.asname else top)
             self._module(alias.name)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
@@ -98,9 +98,16 @@ class _Names:
             self._parts([module.split(".")[0], *parts] if module else parts, framework)
             dots = "." * node.level
             full = f"{dots}{module}.{alias.name}" if module else f"{dots}{alias.name}"
-            self.bound[alias.asname or alias.name] = full
+            self._bind(alias.asname or alias.name, full)
             self._module(f"{dots}{module}" if module else dots)
             self._module(full)
+
+    def _bind(self, name: str, module: str) -> None:
+        """A name imported twice (`try: import tensorflow as tf` / `except ImportError: import
+        mytf as tf`) keeps a framework's binding: the codemods see both, and warn."""
+        old = self.bound.get(name)
+        if old is None or old.split(".")[0] not in FRAMEWORKS:
+            self.bound[name] = module
 
     def alias(self, assignments: list[ast.Assign]) -> None:
         """`name = dotted.chain` rooted at an import binds `name` to what the chain names (an

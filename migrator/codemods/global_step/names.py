@@ -31,10 +31,13 @@ _WRAPPER_SUFFIXES = ("DistributedOptimizer", "SyncReplicasOptimizer", "CrossShar
 
 
 def tf_tail(names: set[QualifiedName]) -> str | None:
-    """`tf.math.is_finite` -> "math.is_finite" when the expression is a TensorFlow name."""
-    if len(names) != 1:
-        return None
-    (qn,) = names
+    """`tf.math.is_finite` -> "math.is_finite" when the expression is a TensorFlow name (also
+    where a try/except imports it as `tensorflow.compat.v1` or `tensorflow`)."""
+    tails = {_tail(qn) for qn in names}
+    return tails.pop() if len(tails) == 1 else None  # one name, or imports of one API
+
+
+def _tail(qn: QualifiedName) -> str | None:
     if qn.source is not QualifiedNameSource.IMPORT:
         return None
     for prefix in _TF_PREFIXES:

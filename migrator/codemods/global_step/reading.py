@@ -14,7 +14,7 @@ from migrator.codemods.global_step.model import OptimizerRef
 from migrator.codemods.global_step.names import is_builtin_optimizer, single_name
 from migrator.codemods.shared.lines import LineProvider, start_line
 from migrator.codemods.shared.parents import ParentProvider
-from migrator.codemods.shared.qualified import qualified_names
+from migrator.codemods.shared.qualified import qualified_names, without_compat_rebinding
 
 
 class StepReader(cst.CSTVisitor):
@@ -25,7 +25,12 @@ class StepReader(cst.CSTVisitor):
     module: cst.Module
 
     def qnames(self, node: cst.CSTNode) -> set[QualifiedName]:
-        return set(qualified_names(self, node))
+        names = qualified_names(self, node)
+        if len(names) > 1:  # `tf = tf.compat.v1` after `import tensorflow as tf` (qualified.py)
+            scope = self.get_metadata(ScopeProvider, node, None)
+            parents = self.metadata[ParentProvider]
+            names = without_compat_rebinding(names, node, scope, parents.get)
+        return set(names)
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)

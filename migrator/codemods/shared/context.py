@@ -25,7 +25,7 @@ from migrator.codemods.shared.lines import LineProvider, start_line
 from migrator.codemods.shared.nodes import code, walk
 from migrator.codemods.shared.parents import ParentProvider
 from migrator.codemods.shared.plan import Builder, CallEdit, Edits, Site
-from migrator.codemods.shared.qualified import module_alias
+from migrator.codemods.shared.qualified import module_alias, without_compat_rebinding
 from migrator.findings import Finding
 
 # What the composing visitor must declare for the context to answer.
@@ -87,7 +87,9 @@ class FileContext:
 
     def _canonical_of(self, node: cst.CSTNode) -> str | None:
         names = self.qualified_names(node)
-        if len(names) != 1:
+        if len(names) > 1:
+            return self._one_module(node, names)
+        if not names:
             return None
         (qn,) = names
         if qn.source is QualifiedNameSource.LOCAL:
@@ -109,12 +111,29 @@ class FileContext:
             return None
         return api.canonical(".".join([base, *parts]))
 
+    def _one_module(self, node: cst.CSTNode, names: Collection[QualifiedName]) -> str | None:
+        """One API where the root name is bound twice to one module, as TF 1 scripts made to run
+        on TF 2 bind `tf`: `try: import tensorflow.compat.v1 as tf` / `except ImportError: import
+        tensorflow as tf`, or `import tensorflow as tf` and then `tf = tf.compat.v1`
+        (qualified.without_compat_rebinding). The bindings spell one canonical name (compat.v1
+        dropped), so the port does not depend on which one runs."""
+        names = without_compat_rebinding(names, node, self.scope(node), self.parent)
+        if any(q.source is not QualifiedNameSource.IMPORT for q in names):
+            return None
+        canonical = {api.canonical(q.name) for q in names}
+        return canonical.pop() if len(canonical) == 1 else None
+
     def ambiguous(self, node: cst.CSTNode) -> bool:
-        """Bound to several things here, one of them a loss-scale API (a try/except import)."""
+        """Bound to several things here, one of them a loss-scale API (a try/except import), and
+        not all to one module (`_one_module`)."""
         names = self.qualified_names(node)
-        return len(names) > 1 and any(
-            q.source is QualifiedNameSource.IMPORT and api.classify(api.canonical(q.name))
-            for q in names
+        return (
+            len(names) > 1
+            and self.canonical(node) is None
+            and any(
+                q.source is QualifiedNameSource.IMPORT and api.classify(api.canonical(q.name))
+                for q in names
+            )
         )
 
     def assignments(self, name: cst.Name) -> list[Assignment]:

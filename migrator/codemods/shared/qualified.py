@@ -30,6 +30,49 @@ def qualified_names(visitor: MetadataDependent, node: cst.CSTNode) -> Collection
     return scope.get_qualified_names_for(node)
 
 
+def without_compat_rebinding(
+    names: Collection[QualifiedName],
+    node: cst.CSTNode,
+    scope: Scope | None,
+    parent: Callable[[cst.CSTNode], cst.CSTNode | None],
+) -> Collection[QualifiedName]:
+    """`names` without the local ones where the root name is imported and otherwise only rebound
+    to its own `compat.v1` (`import tensorflow as tf`, then `tf = tf.compat.v1`, or `tf =
+    tf.compat.v1 if tf.__version__[0] == "2" else tf`, as TF 1 scripts made to run on TF 2 do):
+    every binding then spells one API, compat.v1 dropped, so the imports alone say what the name
+    is."""
+    local = [q for q in names if q.source is not QualifiedNameSource.IMPORT]
+    if not local or len(local) == len(names):
+        return names
+    root = node
+    while isinstance(root, cst.Attribute):
+        root = root.value
+    if not isinstance(root, cst.Name) or scope is None or root.value not in scope:
+        return names
+    bindings = [a for a in scope[root.value] if isinstance(a, Assignment)]
+    plain = [a for a in bindings if not isinstance(a.node, (cst.Import, cst.ImportFrom))]
+    if len(bindings) != len(scope[root.value]) or not plain:
+        return names
+    for assignment in plain:
+        target = parent(assignment.node)
+        statement = parent(target) if target is not None else None
+        if not (
+            isinstance(target, cst.AssignTarget)
+            and isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and _same_module(statement.value, root.value)
+        ):
+            return names
+    return [q for q in names if q.source is QualifiedNameSource.IMPORT]
+
+
+def _same_module(value: cst.BaseExpression, root: str) -> bool:
+    """`root.compat.v1`, or a choice between it and `root` (`tf.compat.v1 if ... else tf`)."""
+    if isinstance(value, cst.IfExp):
+        return all(_same_module(v, root) or dotted(v) == root for v in (value.body, value.orelse))
+    return is_dotted_name(value) and dotted(value) == f"{root}.compat.v1"
+
+
 def module_alias(
     node: cst.CSTNode,
     scope: Scope | None,
