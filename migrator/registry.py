@@ -156,6 +156,8 @@ _LIGHTNING_HOMES = (
     "lightning.pytorch.trainer.trainer",
 )
 _FABRIC_HOMES = ("lightning", "lightning.fabric", "lightning.fabric.fabric", "lightning_fabric")
+# Fabric's first name (Lightning 1.5-1.9), always subclassed: `class Lite(LightningLite)`
+_LITE = ("pytorch_lightning.lite.LightningLite", "pytorch_lightning.lite.lite.LightningLite")
 _HF_ARGUMENTS = (
     "transformers.TrainingArguments",
     "transformers.training_args.TrainingArguments",
@@ -171,6 +173,7 @@ TORCH_FRAMEWORK_FP16 = {
     "deepspeed.initialize": "DeepSpeed",
     **{f"{m}.Trainer": "Lightning" for m in _LIGHTNING_HOMES},
     **{f"{m}.Fabric": "Lightning" for m in _FABRIC_HOMES},
+    **{name: "Lightning" for name in _LITE},
     "accelerate.Accelerator": "accelerate",
     "accelerate.accelerator.Accelerator": "accelerate",
     **{name: "Hugging Face's Trainer" for name in _HF_ARGUMENTS},

@@ -47,6 +47,13 @@ def test_lightning_asked_for_16_is_warned_once_at_its_first_fp16_trainer(ported)
     assert "scaler=npu_lossscale.torch.GradScaler()" in message  # its plugin takes one
 
 
+def test_a_subclass_of_lightning_lite_in_fp16(ported) -> None:
+    message = _warning_at(ported, "lightning_lite.py", "Lite(devices=1")
+    assert message.startswith(
+        "`Lite(precision=16)` trains in 16-bit mixed precision, and Lightning"
+    )
+
+
 def test_precision_chosen_by_a_test_names_the_test(ported) -> None:
     message = _warning_at(ported, "fabric_chosen.py", "Fabric(precision=")
     assert "mixed precision when `torch.cuda.is_available()` holds, and Lightning" in message
@@ -129,4 +136,4 @@ def test_bf16_fp32_inference_and_a_projects_own_trainer_get_nothing(ported, name
 def test_every_file_is_left_byte_identical_and_warned_again(ported, name: str) -> None:
     assert (ported["out"] / name).read_bytes() == (FIXTURE / name).read_bytes()
     assert ported["again"].returncode == 0
-    assert ported["again"].stderr.count(f": {RULE}: ") == 14
+    assert ported["again"].stderr.count(f": {RULE}: ") == 15
