@@ -77,7 +77,7 @@ def _finding(path: str, line: int, scaled: str, check: str | None) -> Finding:
 def might_scale_by_hand(source: bytes) -> bool:
     """False => `site` finds nothing (a byte test, before any parse)."""
     return (
-        b"scale" in source
+        b"scal" in source  # `scale`, or StyleGAN v1's `apply_loss_scaling` alone
         and b"grad" in source
         and b"loss" in source
         and b"tensorflow" in source

@@ -141,3 +141,18 @@ def test_a_loss_scaled_by_a_multiply_call_is_warned_at_the_check(product: str) -
     source = source.format(unscale="grads[i] = grads[i] / loss_scale").encode()
     (found,) = hand_loss_scale.sites(source)
     assert found[1].startswith(product.split("(")[0] + "(") and found[2] == "tf.is_finite(g)"
+
+
+def test_helpers_in_a_file_that_never_spells_scale_are_warned() -> None:
+    """StyleGAN v1's tflib keeps its scale in `ls_var`: `apply_loss_scaling` and
+    `undo_loss_scaling` are the only spellings, and the byte test had wanted "scale"."""
+    from migrator.selection import hand_loss_scale
+
+    source = (FIXTURE / "scaling_helpers.py").read_text(encoding="utf-8")
+    source = source[source.index('"""', 3) + 3 :]  # its docstring says "scale"
+    for old, new in (("log2_scale", "ls_var"), ("scale = ", "coef = "), ("g * scale", "g * coef")):
+        source = source.replace(old, new)
+    assert b"scale" not in source.encode().replace(b"scaling", b"")
+    check = next(n for n, text in enumerate(source.splitlines(), 1) if "tf.is_finite(g)" in text)
+    sites = hand_loss_scale.sites(source.encode())
+    assert [(line, check_text) for line, _, check_text in sites] == [(check, "tf.is_finite(g)")]
