@@ -142,8 +142,11 @@ class KerasPort:
 
     def _value_use(self, node: cst.CSTNode, kind: Kind, name: str) -> None:
         a = self.file
-        if kind is Kind.KERAS_OPTIMIZER and _isinstance_class(node, a.parent):
-            # npu_lossscale.keras's classes subclass Keras's own (2's or 3's): still true.
+        if kind is Kind.KERAS_OPTIMIZER and (
+            _isinstance_class(node, a.parent) or _in_annotation(node, a.parent)
+        ):
+            # npu_lossscale.keras's classes subclass Keras's own (2's or 3's): a type test is
+            # still true, an annotation still right.
             return
         what = a.code(node)
         if _isinstance_class(node, a.parent):
@@ -402,18 +405,31 @@ def _order_from_literals(call: cst.Call) -> tuple[str, ...] | str:
 
 
 def _isinstance_class(node: cst.CSTNode, parent: Parent) -> bool:
-    """Whether `node` is the class (or one of a tuple of classes) tested by isinstance()."""
+    """Whether `node` is the class (or one of a tuple of classes) tested by isinstance(), or by a
+    unittest assertion of it (`self.assertIsInstance(x, cls)`)."""
     up = parent(node)
     if isinstance(up, cst.Element):
         up = parent(parent(up))
     call = parent(up) if isinstance(up, cst.Arg) else None
-    return (
-        isinstance(call, cst.Call)
-        and isinstance(call.func, cst.Name)
-        and call.func.value in ("isinstance", "issubclass")
-        and len(call.args) == 2
-        and call.args[1] is up
-    )
+    if not isinstance(call, cst.Call) or len(call.args) < 2 or call.args[1] is not up:
+        return False
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value in ("isinstance", "issubclass") and len(call.args) == 2
+    return isinstance(func, cst.Attribute) and func.attr.value in _TYPE_ASSERTIONS
+
+
+_TYPE_ASSERTIONS = frozenset({"assertIsInstance", "assertNotIsInstance"})
+
+
+def _in_annotation(node: cst.CSTNode, parent: Parent) -> bool:
+    """Whether `node` is (in) a type annotation (`opt: mixed_precision.LossScaleOptimizer`)."""
+    up = parent(node)
+    while isinstance(up, cst.BaseExpression) or isinstance(
+        up, (cst.SubscriptElement, cst.Index, cst.Element, cst.Arg)
+    ):
+        up = parent(up)
+    return isinstance(up, cst.Annotation)
 
 
 def _detail(site: KerasSite, scale: LossScale) -> str:
