@@ -165,9 +165,21 @@ def _keyword(
     if otherwise is None and opaque:
         otherwise = f"`**{ast.unparse(opaque[0])}` asks for it"
     if otherwise is None:
+        otherwise = _UNSAID.get(framework)
+    if otherwise is None:
         return None
     shown = "..." if call.args or len(keywords) + len(opaque) else ""
     return _asks(call, framework, otherwise, shown, deepspeed)
+
+
+# Where a framework's precision comes from when the script says nothing: accelerate's from its
+# launcher (`ACCELERATE_MIXED_PRECISION`); the others default to fp32.
+_UNSAID = {
+    "accelerate": (
+        "`accelerate launch --mixed_precision fp16` or `accelerate config` asks for it (the "
+        "script sets no mixed_precision)"
+    ),
+}
 
 
 def _keywords(call: ast.Call, lookup: Lookup) -> tuple[dict[str, ast.expr], list[ast.expr]]:
