@@ -86,6 +86,9 @@ def sites(source: bytes) -> list[Asks]:
         asks = _reading(call, name, lookup, imported) if name else None
         if asks is None or (asks.framework != _DEEPSPEED and not trains):
             continue
+        unsaid = asks.condition is not None and asks.condition == _UNSAID.get(asks.framework)
+        if unsaid and not _trains_with(call, tree, source):
+            continue  # `Accelerator().process_index` beside a Trainer: it scales no loss
         if asks.framework not in first or asks < first[asks.framework]:
             first[asks.framework] = asks
     return sorted(first.values())
@@ -180,6 +183,16 @@ _UNSAID = {
         "script sets no mixed_precision)"
     ),
 }
+
+
+def _trains_with(call: ast.Call, tree: ast.Module, source: bytes) -> bool:
+    """Whether the object the call builds is kept (`accelerator = Accelerator()`) and trained
+    with: the file calls its `backward` or `prepare`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and node.value is call and len(node.targets) == 1:
+            kept = ast.unparse(node.targets[0]).encode()
+            return any(kept + method in source for method in (b".backward(", b".prepare("))
+    return False
 
 
 def _keywords(call: ast.Call, lookup: Lookup) -> tuple[dict[str, ast.expr], list[ast.expr]]:
