@@ -178,6 +178,12 @@ TORCH_FRAMEWORK_FP16 = {
     "accelerate.accelerator.Accelerator": "accelerate",
     **{name: "Hugging Face's Trainer" for name in _HF_ARGUMENTS},
 }
+# Lightning's command-line tool: it builds the Trainer (`--trainer.precision`, a config file, or
+# its `trainer_defaults`) and fits, so the script itself shows no training.
+TORCH_FRAMEWORK_CLIS = {
+    f"{m}.LightningCLI": "Lightning"
+    for m in ("lightning.pytorch.cli", "pytorch_lightning.cli", "pytorch_lightning.utilities.cli")
+}
 # Parsers that build those arguments from the command line (`--fp16`), given their classes.
 TORCH_FRAMEWORK_PARSERS = {
     "transformers.HfArgumentParser": "Hugging Face's Trainer",
@@ -185,6 +191,7 @@ TORCH_FRAMEWORK_PARSERS = {
     "trl.TrlParser": "Hugging Face's Trainer",
 }
 TORCH_FRAMEWORK_PACKAGES = frozenset(n.split(".")[0] for n in TORCH_FRAMEWORK_FP16)
+
 # The keyword that hands the framework's loop to DeepSpeed, whose scaler then scales the loss.
 TORCH_FRAMEWORK_DEEPSPEED_KEYWORDS = {
     "Lightning": "strategy",  # "deepspeed_stage_2" or DeepSpeedStrategy(...)

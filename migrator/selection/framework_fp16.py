@@ -34,7 +34,13 @@ _HF = "Hugging Face's Trainer"
 # The bytes a framework's import and its asking call spell (a byte test before any parse).
 _GATES = {
     b"deepspeed": (b"initialize",),
-    b"lightning": (b"precision", b"from_argparse_args", b"Trainer(**", b"Fabric(**"),
+    b"lightning": (
+        b"precision",
+        b"from_argparse_args",
+        b"LightningCLI",
+        b"Trainer(**",
+        b"Fabric(**",
+    ),
     b"accelerate": (b"Accelerator",),
     b"transformers": (b"fp16", b"ArgumentParser", b"Arguments(**"),
     b"trl": (b"fp16", b"TrlParser", b"Config(**"),
@@ -52,6 +58,7 @@ class Asks(NamedTuple):
     code: str  # the call as the message quotes it
     condition: str | None  # None: it asks for fp16 outright; else when it does (a clause)
     deepspeed: bool = False  # the framework hands the loop to DeepSpeed, whose scaler it is
+    launches: bool = False  # a command-line tool that trains, in a file that shows no training
 
 
 def might_use(source: bytes) -> bool:
@@ -84,7 +91,7 @@ def sites(source: bytes) -> list[Asks]:
     for call, lookup in bindings.calls(tree):
         name = _qualified(call.func, imported)
         asks = _reading(call, name, lookup, imported) if name else None
-        if asks is None or (asks.framework != _DEEPSPEED and not trains):
+        if asks is None or not (trains or asks.framework == _DEEPSPEED or asks.launches):
             continue
         unsaid = asks.condition is not None and asks.condition == _UNSAID.get(asks.framework)
         if unsaid and not _trains_with(call, tree, source):
@@ -101,6 +108,10 @@ def _reading(call: ast.Call, name: str, lookup: Lookup, imported: dict[str, str]
         return _deepspeed(call, lookup)
     if framework is not None:
         return _keyword(call, framework, lookup)
+    if name in registry.TORCH_FRAMEWORK_CLIS:
+        clause = "the command line's `--trainer.precision` (or its config file) asks for it"
+        asks = _cli(call, lookup, clause)
+        return asks._replace(launches=True) if asks is not None else None
     parser = registry.TORCH_FRAMEWORK_PARSERS.get(name)
     if parser is not None:
         return _parser(call, parser, imported)
@@ -270,6 +281,22 @@ def _hands_to_deepspeed(keywords: dict[str, ast.expr], framework: str, lookup: L
     if framework == "Lightning":
         return isinstance(value, ast.Call) and "DeepSpeed" in ast.unparse(value.func)
     return True
+
+
+def _cli(call: ast.Call, lookup: Lookup, clause: str) -> Asks | None:
+    """LightningCLI: the precision its `trainer_defaults` give, read as a Trainer's keyword
+    (where they give none, or the dict is not plain, the command line's)."""
+    defaults = _keyword_value(call, "trainer_defaults")
+    defaults = _resolved(defaults, lookup) if defaults is not None else None
+    given = _item(defaults, "precision") if isinstance(defaults, ast.Dict) else None
+    if given is None:
+        return _asks(call, "Lightning", clause)
+    asking = dict(registry.TORCH_FRAMEWORK_FP16_KEYWORDS["Lightning"])["precision"]
+    condition = _choice(given, asking, lookup)
+    if condition == "":
+        return None  # the defaults pin bf16 or fp32; a flag could still say 16, unseen here
+    spelled = ast.unparse(given)
+    return _asks(call, "Lightning", condition, f"trainer_defaults={{'precision': {spelled}}}")
 
 
 def _parser(call: ast.Call, framework: str, imported: dict[str, str]) -> Asks | None:

@@ -65,6 +65,13 @@ def test_a_trainer_from_the_command_line_names_its_flag(ported) -> None:
     assert "when the command line's `--precision` asks for it" in message
 
 
+def test_lightnings_command_line_tool_names_its_flag(ported) -> None:
+    # LightningCLI fits by itself: the script spells no training, and is warned all the same
+    message = _warning_at(ported, "lightning_cli.py", "LightningCLI(LitModel")
+    assert message.startswith("`LightningCLI(...)` trains in 16-bit mixed precision when the ")
+    assert "command line's `--trainer.precision` (or its config file) asks for it" in message
+
+
 def test_a_trainer_given_keywords_names_the_mapping(ported) -> None:
     message = _warning_at(ported, "lightning_kwargs.py", "Trainer(**vars(args))")
     assert message.startswith("`Trainer(...)` trains in 16-bit mixed precision when `**vars(args)`")
@@ -141,4 +148,4 @@ def test_bf16_fp32_inference_and_a_projects_own_trainer_get_nothing(ported, name
 def test_every_file_is_left_byte_identical_and_warned_again(ported, name: str) -> None:
     assert (ported["out"] / name).read_bytes() == (FIXTURE / name).read_bytes()
     assert ported["again"].returncode == 0
-    assert ported["again"].stderr.count(f": {RULE}: ") == 16
+    assert ported["again"].stderr.count(f": {RULE}: ") == 17
