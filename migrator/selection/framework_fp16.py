@@ -151,7 +151,9 @@ _ADVICE = {
     ),
     "accelerate": (
         "accelerate takes no scaler object, so keep torch-npu's there, or scale the loss in the "
-        "loop yourself (mixed precision off, autocast, npu_lossscale.torch.GradScaler)"
+        "loop yourself (mixed precision off, autocast, npu_lossscale.torch.GradScaler); where "
+        "its launcher configures DeepSpeed, DeepSpeed's scaler is used, which looks for inf/NaN "
+        "only (Ascend's `deepspeed_npu` adapter reads the chip's overflow flag)"
     ),
     _HF: (
         "the Trainer takes no scaler object (it goes through accelerate), so keep torch-npu's "
