@@ -21,6 +21,7 @@ literal; given no optimizer it scales nothing (an inference script). A file that
 from __future__ import annotations
 
 import ast
+import functools
 from typing import NamedTuple
 
 from migrator import registry
@@ -77,15 +78,24 @@ def findings(source: bytes, path: str) -> list[Finding]:
 
 def sites(source: bytes) -> list[Asks]:
     """The first call of each framework in the file that asks for fp16 or may."""
-    if not might_use(source):
-        return []
+    return list(_sites(source)) if might_use(source) else []
+
+
+# The triage asks, then the file's finish: one reading for both.
+@functools.lru_cache(maxsize=8)
+def _sites(source: bytes) -> tuple[Asks, ...]:
     try:
         tree = pytree.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
+        return ()
     imported = _imported(tree)
-    if not imported:
-        return []
+    framework_calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and _qualified(node.func, imported) is not None
+    ]
+    if not framework_calls:
+        return ()  # the scopes below cost more than this walk
     trains = any(word in source for word in _TRAINING)
     first: dict[str, Asks] = {}
     for call, lookup in bindings.calls(tree):
@@ -98,7 +108,7 @@ def sites(source: bytes) -> list[Asks]:
             continue  # `Accelerator().process_index` beside a Trainer: it scales no loss
         if asks.framework not in first or asks < first[asks.framework]:
             first[asks.framework] = asks
-    return sorted(first.values())
+    return tuple(sorted(first.values()))
 
 
 def _reading(call: ast.Call, name: str, lookup: Lookup, imported: dict[str, str]) -> Asks | None:
