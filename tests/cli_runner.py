@@ -65,3 +65,18 @@ def port_fixture_tree(root: Path, fixtures: Path) -> dict:
     again = run_cli("--check", "--no-color", out)
     findings = json.loads(report.read_text(encoding="utf-8"))["findings"]
     return {"src": src, "out": out, "findings": findings, "again": again}
+
+
+def findings_of(ported: dict, name: str) -> list[dict]:
+    """The findings `port_fixture_tree`'s report holds for the fixture file `name`."""
+    return [f for f in ported["findings"] if Path(f["path"]).name == name]
+
+
+def only_warning(ported: dict, fixtures: Path, name: str, text: str, rule: str) -> str:
+    """The message of the fixture file's one finding, checked to be `rule`'s warning on the
+    first line of the original that holds `text`."""
+    source = (fixtures / name).read_text(encoding="utf-8").splitlines()
+    line = next(n for n, held in enumerate(source, 1) if text in held)
+    (found,) = findings_of(ported, name)
+    assert (found["rule"], found["kind"], found["line"]) == (rule, "warning", line)
+    return found["message"]

@@ -9,10 +9,8 @@ every file stays byte-identical."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from cli_runner import MIGRATOR_FIXTURES, port_fixture_tree
+from cli_runner import MIGRATOR_FIXTURES, findings_of, only_warning, port_fixture_tree
 
 FIXTURE = MIGRATOR_FIXTURES / "framework_fp16"
 RULE = "torch-framework-loss-scale"
@@ -23,20 +21,9 @@ def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return port_fixture_tree(tmp_path_factory.mktemp("framework_fp16"), FIXTURE)
 
 
-def _line(name: str, text: str) -> int:
-    source = (FIXTURE / name).read_text(encoding="utf-8").splitlines()
-    return next(n for n, line in enumerate(source, 1) if text in line)
-
-
-def _findings(ported: dict, name: str) -> list[dict]:
-    return [f for f in ported["findings"] if Path(f["path"]).name == name]
-
-
 def _warning_at(ported: dict, name: str, text: str) -> str:
     """The message of the file's one finding, checked to be this rule's warning at `text`."""
-    (found,) = _findings(ported, name)
-    assert (found["rule"], found["kind"], found["line"]) == (RULE, "warning", _line(name, text))
-    return found["message"]
+    return only_warning(ported, FIXTURE, name, text, RULE)
 
 
 def test_lightning_asked_for_16_is_warned_once_at_its_first_fp16_trainer(ported) -> None:
@@ -141,7 +128,7 @@ def test_deepspeed_with_a_config_it_cannot_read_is_warned_with_the_condition(
 
 @pytest.mark.parametrize("name", ["lightning_bf16.py", "deepspeed_bf16.py", "own_trainer.py"])
 def test_bf16_fp32_inference_and_a_projects_own_trainer_get_nothing(ported, name: str) -> None:
-    assert _findings(ported, name) == []
+    assert findings_of(ported, name) == []
 
 
 @pytest.mark.parametrize("name", [p.name for p in sorted(FIXTURE.glob("*.py"))])

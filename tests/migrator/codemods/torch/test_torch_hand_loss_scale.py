@@ -8,10 +8,9 @@ the module that compares with infinity."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
-from cli_runner import MIGRATOR_FIXTURES, port_fixture_tree
+from cli_runner import MIGRATOR_FIXTURES, findings_of, only_warning, port_fixture_tree
 
 from migrator.selection.hand_loss_scale import divisions
 
@@ -23,24 +22,9 @@ def ported(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return port_fixture_tree(tmp_path_factory.mktemp("torch_hand_loss_scale"), FIXTURE)
 
 
-def _line(name: str, text: str) -> int:
-    source = (FIXTURE / name).read_text(encoding="utf-8").splitlines()
-    return next(n for n, line in enumerate(source, 1) if text in line)
-
-
-def _findings(ported: dict, name: str) -> list[dict]:
-    return [f for f in ported["findings"] if Path(f["path"]).name == name]
-
-
 def _warning_at(ported: dict, name: str, text: str) -> str:
     """The message of the file's one finding, checked to be this rule's warning at `text`."""
-    (found,) = _findings(ported, name)
-    assert (found["rule"], found["kind"], found["line"]) == (
-        "torch-hand-loss-scale",
-        "warning",
-        _line(name, text),
-    )
-    return found["message"]
+    return only_warning(ported, FIXTURE, name, text, "torch-hand-loss-scale")
 
 
 def test_a_scaler_class_is_warned_at_its_check(ported) -> None:
@@ -69,7 +53,7 @@ def test_a_scale_read_into_a_local_name_is_matched_with_the_attribute(ported) ->
 
 
 def test_a_loss_weighted_for_logging_is_not_warned(ported) -> None:
-    assert _findings(ported, "loss_logging.py") == []
+    assert findings_of(ported, "loss_logging.py") == []
 
 
 @pytest.mark.parametrize("name", [p.name for p in sorted(FIXTURE.glob("*.py"))])
