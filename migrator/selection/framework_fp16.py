@@ -89,17 +89,17 @@ def _sites(source: bytes) -> tuple[Asks, ...]:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ()
     imported = _imported(tree)
-    framework_calls = [
-        node
+    named = {
+        id(node): name
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and _qualified(node.func, imported) is not None
-    ]
-    if not framework_calls:
+        if isinstance(node, ast.Call) and (name := _qualified(node.func, imported)) is not None
+    }
+    if not named:
         return ()  # the scopes below cost more than this walk
     trains = any(word in source for word in _TRAINING)
     first: dict[str, Asks] = {}
     for call, lookup in bindings.calls(tree):
-        name = _qualified(call.func, imported)
+        name = named.get(id(call))
         asks = _reading(call, name, lookup, imported) if name else None
         if asks is None or not (trains or asks.framework == _DEEPSPEED or asks.launches):
             continue

@@ -25,7 +25,11 @@ from migrator.codemods.shared.lines import LineProvider, start_line
 from migrator.codemods.shared.nodes import code, walk
 from migrator.codemods.shared.parents import ParentProvider
 from migrator.codemods.shared.plan import Builder, CallEdit, Edits, Site
-from migrator.codemods.shared.qualified import module_alias, without_compat_rebinding
+from migrator.codemods.shared.qualified import (
+    assign_statement,
+    module_alias,
+    without_compat_rebinding,
+)
 from migrator.findings import Finding
 
 # What the composing visitor must declare for the context to answer.
@@ -144,11 +148,8 @@ class FileContext:
 
     def assigned_value(self, assignment: Assignment) -> cst.BaseExpression | None:
         """The value of `name = value` for a plain assignment of the name, else None."""
-        holder = self.parent(assignment.node)
-        statement = self.parent(holder) if holder is not None else None
-        if isinstance(holder, cst.AssignTarget) and isinstance(statement, cst.Assign):
-            return statement.value
-        return None
+        statement = assign_statement(assignment, self.parent)
+        return statement.value if statement is not None else None
 
     def provider(self, node: cst.CSTNode) -> Assignment | None:
         """The import that binds the root name of a dotted expression (for import placement)."""

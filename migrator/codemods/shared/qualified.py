@@ -54,11 +54,9 @@ def without_compat_rebinding(
     if len(bindings) != len(scope[root.value]) or not plain:
         return names
     for assignment in plain:
-        target = parent(assignment.node)
-        statement = parent(target) if target is not None else None
+        statement = assign_statement(assignment, parent)
         if not (
-            isinstance(target, cst.AssignTarget)
-            and isinstance(statement, cst.Assign)
+            statement is not None
             and len(statement.targets) == 1
             and _same_module(statement.value, root.value)
         ):
@@ -92,13 +90,22 @@ def module_alias(
     assignments = [a for a in scope[root.value] if isinstance(a, Assignment)]
     if len(assignments) != 1 or len(scope[root.value]) != 1 or assignments[0].node is root:
         return None  # (the last: the alias's own name where it is bound, not a use of it)
-    target = parent(assignments[0].node)
-    statement = parent(target) if target is not None else None
-    if not (isinstance(target, cst.AssignTarget) and isinstance(statement, cst.Assign)):
-        return None
-    if len(statement.targets) != 1 or not is_dotted_name(statement.value):
+    statement = assign_statement(assignments[0], parent)
+    if statement is None or len(statement.targets) != 1 or not is_dotted_name(statement.value):
         return None
     return statement.value, parts[::-1]
+
+
+def assign_statement(
+    assignment: Assignment, parent: Callable[[cst.CSTNode], cst.CSTNode | None]
+) -> cst.Assign | None:
+    """The plain `name = value` statement that makes `assignment`, or None (an import, a loop
+    target, an augmented or annotated assignment...)."""
+    target = parent(assignment.node)
+    statement = parent(target) if target is not None else None
+    if isinstance(target, cst.AssignTarget) and isinstance(statement, cst.Assign):
+        return statement
+    return None
 
 
 def through_alias(
