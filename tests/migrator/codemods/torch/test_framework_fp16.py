@@ -136,3 +136,12 @@ def test_every_file_is_left_byte_identical_and_warned_again(ported, name: str) -
     assert (ported["out"] / name).read_bytes() == (FIXTURE / name).read_bytes()
     assert ported["again"].returncode == 0
     assert ported["again"].stderr.count(f": {RULE}: ") == 17
+
+
+def test_a_file_that_does_not_parse_is_left_to_the_full_pass() -> None:
+    """The byte test passes, the parse fails: no site here (the CLI reports the syntax error)."""
+    from migrator.selection import framework_fp16
+
+    broken = b"import deepspeed\nengine = deepspeed.initialize(model=model, config={\n"
+    assert framework_fp16.might_use(broken)
+    assert framework_fp16.sites(broken) == []
