@@ -109,6 +109,13 @@ _SKIPPED = frozenset({token.NL, token.COMMENT, token.ENCODING})
 @functools.lru_cache(maxsize=4)
 def _measured(source: bytes) -> _Measure:
     # A file is parsed up to three times (plan, port, global-step move): measured once.
+    quick = _scanned(source)
+    if quick is not None:
+        return quick
+    return _tokenized(source)
+
+
+def _tokenized(source: bytes) -> _Measure:
     lines: list[int] = []
     top: list[int] = []
     indent, line_start, decorated = 0, True, False
@@ -153,6 +160,128 @@ def _measured(source: bytes) -> _Measure:
     except SyntaxError:
         return _Measure(None, None)
     return _Measure(None, Starts(tuple(lines), tuple(top)))
+
+
+# One match per token that matters here, as the tokenizer splits it: a string (any prefix;
+# triple-quoted ones span lines), a bracket, a separator, a newline, a comment, a continuation, an
+# operator or a keyword that chains; the names and numbers before it, which change no depth, ride
+# along in `words` (a name right before a quote is a string's prefix, so not a word). Anything
+# else (a byte outside ASCII, `$`, a string left open) is "odd" and sends the file to the
+# tokenizer.
+_STRING = (
+    rb"[rRbBuUfF]{0,2}(?:\'\'\'(?:[^\'\\]|\\.|\'(?!\'\'))*\'\'\'|\"\"\"(?:[^\"\\]|\\.|\"(?!\"\"))*\"\"\""
+    rb"|\'(?:[^\'\\\r\n]|\\.)*\'|\"(?:[^\"\\\r\n]|\\.)*\")"
+)
+_KEYWORDS = rb"(?:and|or|not|if|else|elif|except|finally|lambda|await|in|is)"
+_WORD = rb"(?:(?!" + _KEYWORDS + rb"(?!\w))[A-Za-z_]\w*(?![\w\'\"])|\d[\w.]*|\.\d\w*)[ \t]*"
+_TOKEN = re.compile(
+    rb"[ \t]*(?P<words>(?:" + _WORD + rb")*)(?:"
+    rb"(?P<string>" + _STRING + rb")"
+    rb"|(?P<name>[A-Za-z_]\w*)"
+    rb"|(?P<open>[(\[{])|(?P<close>[)\]}])|(?P<separator>[,;])"
+    rb"|(?P<newline>\r?\n)|(?P<comment>\#[^\r\n]*)|(?P<continued>\\\r?\n)"
+    rb"|(?P<operator>\*\*=?|//=?|>>=?|<<=?|->|:=|\.\.\.|[-+*/%&|^~<>=!]=?|@=?|[.:])"
+    rb"|(?P<odd>[^ \t])|\Z)",
+    re.DOTALL,
+)
+_BYTES_CHAINING = frozenset(word.encode() for word in _CHAINING)
+_BYTES_CLAUSES = frozenset(word.encode() for word in _CLAUSES)
+_COOKIE = re.compile(rb"^[ \t]*#.*?coding[:=][ \t]*([-\w.]+)", re.MULTILINE)
+_UTF8 = frozenset({b"utf-8", b"utf8"})
+_SIGNATURE = b"\xef\xbb\xbf"  # UTF-8's byte order mark
+_LF = ord("\n")
+_BLANK = frozenset({"newline", "comment", "continued", "words"})
+
+
+def _scanned(source: bytes) -> _Measure | None:
+    """`_tokenized(source)` for a file far inside the limits, read by one regular expression
+    instead of the tokenizer; None where in doubt (then the tokenizer decides).
+
+    The standard library's tokenizer is pure Python before 3.12: on the dense speed tree it was
+    8% of the time of the files that reach libcst, three times this scan. The scan gives the
+    statement starts the tokenizer gives on every file of the speed trees, the real-code set and
+    the test fixtures (tests/migrator/test_limits_scan.py), and leaves to the tokenizer a file it
+    might read differently: a byte it does not know (a non-ASCII name), a form feed or lone CR
+    (which move columns and lines), a declared encoding other than UTF-8 (whose bytes may look
+    like quotes or backslashes), unbalanced brackets, and any file within half of a limit, so
+    that a refusal and its message are always the tokenizer's. Its depth errs deep: a string is
+    one token, but an f-string, whose fields Python 3.12+ tokenizes, counts as deep as its length
+    could make it (the one shallower reading, a keyword glued to a number as in `1if`, is a level
+    per keyword, far inside that half).
+    """
+    if b"\f" in source or source.count(b"\r") != source.count(b"\r\n"):
+        return None
+    if not _plain_utf8(source):
+        return None
+    lines: list[int] = []
+    top: list[int] = []
+    line, line_start, decorated = 1, True, False
+    outer: list[tuple[int, int]] = []
+    base = chain = deepest = 0
+    first = len(_SIGNATURE) if source.startswith(_SIGNATURE) else 0
+    statement = first  # where the logical line began: its bytes bound its tokens
+    for match in _TOKEN.finditer(source, first):
+        kind = match.lastgroup  # "words" at the end of the file: words and no token after them
+        if line_start and (kind not in _BLANK or match.group("words")):
+            at = match.start("words")
+            text = source[at : at + 1]
+            if not decorated:
+                if (at == first or source[at - 1] == _LF) and not (
+                    kind == "name" and not match.group("words") and match[kind] in _BYTES_CLAUSES
+                ):
+                    top.append(len(lines))
+                lines.append(line)
+            decorated = text == b"@"
+            line_start = False
+        if kind == "newline" or kind == "continued":
+            line += 1
+            if kind == "newline" and not outer and not line_start:
+                if match.end() - statement > MAX_STATEMENT_TOKENS // 2:
+                    return None
+                line_start, base, chain, statement = True, 0, 0, match.end()
+        elif kind == "name":
+            chain += 1  # a keyword: one that chains, or a clause's (counted too: deeper)
+            deepest = max(deepest, base + chain)
+        elif kind == "operator":
+            chain += 1
+            deepest = max(deepest, base + chain)
+        elif kind == "open":
+            outer.append((base, chain + 1))
+            base, chain = base + chain + BRACKET_DEPTH, 0
+            deepest = max(deepest, base)
+        elif kind == "close":
+            if not outer:
+                return None
+            base, chain = outer.pop()
+        elif kind == "separator":
+            chain = 0
+        elif kind == "string":
+            text = match["string"]
+            line += text.count(b"\n")
+            if b"{" in text and text[:2].lower().strip(b"rbu'\"") == b"f":
+                deepest = max(deepest, base + chain + BRACKET_DEPTH * len(text))
+        elif kind == "odd":
+            return None
+    if len(source) - statement > MAX_STATEMENT_TOKENS // 2 or deepest > MAX_DEPTH // 2 or outer:
+        return None
+    return _Measure(None, Starts(tuple(lines), tuple(top)))
+
+
+def _plain_utf8(source: bytes) -> bool:
+    """Whether the file is UTF-8 that the tokenizer reads without a word about its encoding: no
+    declaration other than UTF-8's, none beside a signature (the tokenizer is strict there), and
+    bytes that decode."""
+    signed = source.startswith(_SIGNATURE)
+    cookie = _COOKIE.search(b"\n".join(source[3 if signed else 0 : 400].splitlines()[:2]))
+    if cookie is not None and (signed or cookie[1].lower().replace(b"_", b"-") not in _UTF8):
+        return False
+    if source.isascii():
+        return True
+    try:
+        source.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 # The tokenizer's message for the compiler's own limit on nested brackets (Python 3.12+; the
