@@ -40,6 +40,8 @@ from migrator.sources.files import SourceFile
 from migrator.sources.module_paths import norm
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
+
     from migrator.codemods.global_step import GlobalStepFacts
     from migrator.pipeline.transform import MigrateOptions, PreparedFile, ProjectPlan
 
@@ -281,25 +283,27 @@ def _migrate_all(
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    chunksize = max(1, len(items) // (workers * 8))
+    # Largest files first, one at a time: the cost of a file grows with its size, and handing
+    # out the small ones last keeps every worker busy until the end (in chunks of files in path
+    # order, one worker was left porting the last chunk alone).
+    order = sorted(range(len(items)), key=lambda i: -len(items[i][1]))
     with ProcessPoolExecutor(
         max_workers=workers, initializer=_init_worker, initargs=(options,)
     ) as pool:
-        prepared: list[_Prepared] = []
-        early: list[_Outcome | None] = []  # each file finished under NO_PLAN
+        answers: dict[int, tuple[_Prepared, _Outcome | None]] = {}
         broken = False
         try:
-            flagged = [(path, data, path in facts_only) for path, data in items]
-            for one, done in pool.map(_prepare_in_worker, flagged, chunksize=chunksize):
-                prepared.append(one)
-                early.append(done)
+            flagged = [(items[i][0], items[i][1], items[i][0] in facts_only) for i in order]
+            for index, answer in zip(order, pool.map(_prepare_in_worker, flagged)):
+                answers[index] = answer
                 tick()
         except BrokenProcessPool:
             # A worker was killed (the OOM killer, a signal) or crashed: the run goes on without
             # the files it had not answered for, which fail alone.
             broken = True
-            early += [None] * (len(items) - len(prepared))
-            prepared += [(None, None, WORKER_DIED)] * (len(items) - len(prepared))
+        lost: tuple[_Prepared, _Outcome | None] = ((None, None, WORKER_DIED), None)
+        prepared = [answers.get(i, lost)[0] for i in range(len(items))]
+        early = [answers.get(i, lost)[1] for i in range(len(items))]
         plan = plan_from_facts(facts for _, facts, _ in prepared)
         # Only files the move edits are worth a round trip to a worker (none to a broken pool).
         heavy = [
@@ -371,50 +375,67 @@ def run(
     quiet: list[tuple[SourceFile, bytes]] = []  # no trigger: only a helper call may matter
     builders: list[tuple[str, bytes]] = []  # files that build a tf.distribute strategy
     every: list[str] = []  # the paths of every file read, which their imports may name
-    for source in files:
-        data, error = _read(source)
-        if data is None:
-            outcomes.append(FileOutcome(source, "failed", error=error))
-            continue
-        if b"apply_gradients" in data:  # what a half-applied global-step move involves
-            read.append((source.display, data))
-        sites += init_sites([(source.display, data)])
-        reexports |= imported_from(data)
-        keras_helpers |= legacy_keras_helpers(source.display, data)
-        builder = builds_loss_scale_optimizer(source.display, data)
-        if builder is not None:
-            loss_scale_modules.add(builder)
-        scaler_attrs |= other_scaler_attrs(data)
-        helpers |= scaler_helpers(source.display, data)
-        every.append(norm(source.display))
-        if builds_strategy(data):
-            builders.append((source.display, data))
-        if might_need_migration(data, add_loss_scale=config.add_loss_scale is not None):
-            pending.append((source, data))
-        elif source.named and not parses(data):
-            pending.append((source, data))  # the full pass reports why, in its own words
-        else:
-            quiet.append((source, data))
+    add_loss_scale = config.add_loss_scale is not None
+    with _Verdicts(add_loss_scale=add_loss_scale, jobs=config.jobs) as verdicts:
+        for source in files:
+            data, error = _read(source)
+            if data is None:
+                outcomes.append(FileOutcome(source, "failed", error=error))
+                continue
+            if b"apply_gradients" in data:  # what a half-applied global-step move involves
+                read.append((source.display, data))
+            sites += init_sites([(source.display, data)])
+            reexports |= imported_from(data)
+            keras_helpers |= legacy_keras_helpers(source.display, data)
+            builder = builds_loss_scale_optimizer(source.display, data)
+            if builder is not None:
+                loss_scale_modules.add(builder)
+            scaler_attrs |= other_scaler_attrs(data)
+            helpers |= scaler_helpers(source.display, data)
+            every.append(norm(source.display))
+            if builds_strategy(data):
+                builders.append((source.display, data))
+            if might_need_migration(data, add_loss_scale=add_loss_scale) or (
+                source.named and not parses(data)  # the full pass reports why, in its own words
+            ):
+                pending.append((source, data))
+                verdicts.add(data)
+            else:
+                quiet.append((source, data))
+        # While the workers read the admitted files, what needs no verdict.
+        # a file calling another file's scaler helper may rely on a scale below 1 (below_one)
+        built_by_helpers = frozenset(helpers)
+        quiet_callers = [
+            bool(built_by_helpers) and calls_helper(d, built_by_helpers) for _, d in quiet
+        ]
+        early = bool(pending)
+        if early:
+            from migrator.pipeline.transform import MigrateOptions
+
+            importers, inits = strategy_importers(builders, every), horovod_inits(sites, every)
+        read_back = verdicts.collect()
     admitted = {s.display: d for s, d in pending}
-    pending, for_plan, cleared = _triage(
-        pending, add_loss_scale=config.add_loss_scale is not None, jobs=config.jobs
-    )
-    # a file calling another file's scaler helper may rely on a scale below 1 (below_one)
-    built_by_helpers = frozenset(helpers)
+    pending, for_plan, cleared = _split(pending, read_back)
     facts_only = frozenset(
         s.display
         for s, data in pending
         if s.display in for_plan and not calls_helper(data, built_by_helpers)
     )
-    for source, data in quiet + [(s, admitted[s.display]) for s in cleared]:
-        if built_by_helpers and calls_helper(data, built_by_helpers):
+    others = [(s, admitted[s.display]) for s in cleared]
+    callers = quiet_callers + [
+        bool(built_by_helpers) and calls_helper(d, built_by_helpers) for _, d in others
+    ]
+    for (source, data), caller in zip(quiet + others, callers):
+        if caller:
             pending.append((source, data))
         else:
             outcomes.append(FileOutcome(source, "unchanged"))
 
     if pending:
-        from migrator.pipeline.transform import MigrateOptions
+        if not early:  # only files calling a helper
+            from migrator.pipeline.transform import MigrateOptions
 
+            importers, inits = strategy_importers(builders, every), horovod_inits(sites, every)
         options = MigrateOptions(
             distributed=config.distributed,  # type: ignore[arg-type]
             add_loss_scale=config.add_loss_scale,
@@ -424,8 +445,8 @@ def run(
             loss_scale_modules=frozenset(loss_scale_modules),
             scaler_attrs=frozenset(scaler_attrs),
             scaler_helpers=built_by_helpers,
-            strategy_importers=strategy_importers(builders, every),
-            horovod_inits=horovod_inits(sites, every),
+            strategy_importers=importers,
+            horovod_inits=inits,
         )
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:
@@ -460,7 +481,16 @@ def _triage(
     without the triage. Returns the files to process, the paths among them put back for the
     plan alone (nothing in them to port on their own), and the cleared files.
     """
-    read = _triage_all([(data, add_loss_scale) for _, data in pending], jobs)
+    with _Verdicts(add_loss_scale=add_loss_scale, jobs=jobs) as verdicts:
+        for _, data in pending:
+            verdicts.add(data)
+        return _split(pending, verdicts.collect())
+
+
+def _split(
+    pending: list[tuple[SourceFile, bytes]], read: list[tuple[Verdict, frozenset[str]]]
+) -> tuple[list[tuple[SourceFile, bytes]], set[str], list[SourceFile]]:
+    """`_triage`'s answer from each file's verdict and imports."""
     full = {s.display: m for (s, _), (v, m) in zip(pending, read) if v == "full"}
     rest = {s.display: (m, v == "step") for (s, _), (v, m) in zip(pending, read) if v != "full"}
     for_plan = widen(rest, full)
@@ -475,26 +505,78 @@ def _triage(
 # An `ast` read for the triage costs about 10 ms a file; below this many admitted files per
 # worker, forking and pickling cost more than the reads they share.
 TRIAGE_FILES_PER_WORKER = 50
+# Files handed to a worker at a time.
+TRIAGE_BATCH = 16
 
 
-def _triage_all(items: list[tuple[bytes, bool]], jobs: int) -> list[tuple[Verdict, frozenset[str]]]:
-    """Each file's verdict and imports, read in `jobs` processes where there are enough files
-    (the reads were half of the parent's own time on the dense speed tree, with the workers
-    idle); what a broken pool (a worker killed) did not answer is read here."""
-    done: list[tuple[Verdict, frozenset[str]]] = []
-    workers = min(jobs, len(items) // TRIAGE_FILES_PER_WORKER)
-    if workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
+class _Verdicts:
+    """Each admitted file's verdict and imports, read in worker processes from the moment there
+    are enough files for two, while the parent goes on scanning the tree.
+
+    Read after the scan, in a pool of their own, the reads left the parent idle for 3 s of the
+    dense speed tree's run, after a 2 s scan that left the workers idle. What a broken pool (a
+    worker killed) did not answer is read here, in the parent; so are all reads where there are
+    too few files, or `jobs` is 1.
+    """
+
+    def __init__(self, *, add_loss_scale: bool, jobs: int) -> None:
+        self._add_loss_scale = add_loss_scale
+        self._jobs = jobs
+        self._files: list[bytes] = []
+        self._sent = 0  # files [0, _sent) are in `_batches`
+        self._batches: list[Future[list[tuple[Verdict, frozenset[str]]]]] = []
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> _Verdicts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            for batch in self._batches:
+                batch.cancel()  # those not started yet, when the run ends early
+            self._pool.shutdown()
+
+    def add(self, data: bytes) -> None:
+        self._files.append(data)
+        if self._pool is None and self._jobs > 1:
+            if len(self._files) < 2 * TRIAGE_FILES_PER_WORKER:
+                return
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(
+                max_workers=self._jobs, initializer=_init_triage_worker
+            )
+        if self._pool is not None and len(self._files) - self._sent >= TRIAGE_BATCH:
+            self._send()
+
+    def _send(self) -> None:
         from concurrent.futures.process import BrokenProcessPool
 
+        assert self._pool is not None
+        batch = [(data, self._add_loss_scale) for data in self._files[self._sent :]]
         try:
-            with ProcessPoolExecutor(max_workers=workers, initializer=_init_triage_worker) as pool:
-                chunksize = max(1, len(items) // (workers * 8))
-                for one in pool.map(_triage_one, items, chunksize=chunksize):
-                    done.append(one)
+            self._batches.append(self._pool.submit(_triage_batch, batch))
+        except BrokenProcessPool:
+            return  # read here by `collect`
+        self._sent = len(self._files)
+
+    def collect(self) -> list[tuple[Verdict, frozenset[str]]]:
+        """Every added file's verdict and imports, in the order added."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        if self._pool is not None and self._sent < len(self._files):
+            self._send()
+        done: list[tuple[Verdict, frozenset[str]]] = []
+        try:
+            for batch in self._batches:
+                done += batch.result()
         except BrokenProcessPool:
             pass
-    return done + [_triage_one(item) for item in items[len(done) :]]
+        return done + [_triage_one((d, self._add_loss_scale)) for d in self._files[len(done) :]]
+
+
+def _triage_batch(items: list[tuple[bytes, bool]]) -> list[tuple[Verdict, frozenset[str]]]:
+    return [_triage_one(item) for item in items]
 
 
 def _triage_one(item: tuple[bytes, bool]) -> tuple[Verdict, frozenset[str]]:

@@ -10,12 +10,20 @@ class file another file's optimizer comes from is still seen by the global-step 
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
 from cli_runner import MIGRATOR_FIXTURES, run_cli
 
-from migrator.pipeline.runner import TRIAGE_FILES_PER_WORKER, _migrate_all, _triage
+from migrator.pipeline.runner import (
+    TRIAGE_FILES_PER_WORKER,
+    _migrate_all,
+    _split,
+    _triage,
+    _Verdicts,
+)
 from migrator.pipeline.transform import MigrateOptions
 from migrator.selection.prefilter import might_need_migration
 from migrator.sources.files import SourceFile
@@ -176,3 +184,27 @@ def test_the_triage_in_two_processes_splits_a_project_as_one_process_does(tmp_pa
     # Not vacuous: put back for the plan through the imports the workers read.
     assert sorted(Path(p).name for p in two[1]) == ["more.py", "opt.py"]
     assert len(two[2]) == 2 * TRIAGE_FILES_PER_WORKER
+
+
+def test_the_triage_workers_start_during_the_scan_and_a_killed_one_costs_no_verdict(
+    tmp_path: Path,
+) -> None:
+    flags = {f"flags{i:03d}": FLAG_FILE for i in range(3 * TRIAGE_FILES_PER_WORKER)}
+    admitted = _project(tmp_path, more=STEP_FILE, **flags)
+    one = _triage(admitted, add_loss_scale=False, jobs=1)
+    enough = 2 * TRIAGE_FILES_PER_WORKER
+    with _Verdicts(add_loss_scale=False, jobs=2) as verdicts:
+        for _, data in admitted[: enough - 1]:
+            verdicts.add(data)
+        assert verdicts._pool is None  # too few files yet for two workers
+        verdicts.add(admitted[enough - 1][1])
+        pool = verdicts._pool
+        assert pool is not None  # reading while the scan goes on
+        workers = list(pool._processes)  # started with the first batch
+        assert len(workers) == 2
+        for worker in workers:
+            os.kill(worker, signal.SIGKILL)  # as the OOM killer would
+        for _, data in admitted[enough:]:
+            verdicts.add(data)
+        read = verdicts.collect()
+    assert _split(admitted, read) == one
