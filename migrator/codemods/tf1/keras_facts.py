@@ -128,9 +128,13 @@ class KerasFacts:
             self.imports_loss_scale_module = True
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        if args_.string_value(node) == "__main__":
+        raw = node.value
+        if "\\" not in raw and "__main__" not in raw and "TF_USE_LEGACY_KERAS" not in raw:
+            return  # spelled out as written: no need to evaluate each of the file's strings
+        text = args_.string_value(node)
+        if text == "__main__":
             self.entry_script = True
-        if args_.string_value(node) == "TF_USE_LEGACY_KERAS":
+        if text == "TF_USE_LEGACY_KERAS":
             setting = _legacy_setting(node, self.file.parent)
             if setting is not None:
                 self.legacy_settings.append(setting)
