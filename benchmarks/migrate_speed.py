@@ -287,7 +287,8 @@ def libcst_cpu_seconds(parsed: list, for_plan: set[str]) -> list[float]:
     during each step, a young collection after it, which is counted): under Python's default
     thresholds it would walk every file's trees many times over, which the tool never does."""
     from migrator.findings import SourceError
-    from migrator.pipeline.runner import collect_between_files, finish_one, prepare_one
+    from migrator.pipeline.processes import collect_between_files
+    from migrator.pipeline.runner import finish_one, prepare_one
     from migrator.pipeline.transform import MigrateOptions, plan_from_facts, scan_source
 
     options = MigrateOptions()

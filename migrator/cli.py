@@ -426,7 +426,7 @@ def _summary_line(result: RunResult) -> str:
 
 def main() -> None:
     """Console-script entry point."""
-    from migrator.pipeline.runner import configure_process
+    from migrator.pipeline.processes import configure_process
 
     configure_process()
     cli(prog_name="npu-migrate")

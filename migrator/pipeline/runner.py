@@ -8,14 +8,9 @@ imported lazily: a tree with nothing to port never pays for loading libcst.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
-import os
-import threading
 import time
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +19,7 @@ from migrator.codemods.shared.alignment import realign
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline.outcomes import FileOutcome, RunConfig, RunResult, Status
 from migrator.pipeline.output_check import output_error
+from migrator.pipeline.processes import configure_process, one_file, watch_parent
 from migrator.pipeline.writes import apply, hold_back, report_half_moves, step_groups
 from migrator.selection.horovod_importers import horovod_inits
 from migrator.selection.horovod_sites import init_sites, name_init_sites
@@ -104,7 +100,7 @@ def prepare_one(
         prepared = prepare_source(source, path=path, options=options, facts_only=facts_only)
         return prepared.ported
 
-    with _one_file():
+    with one_file():
         _, error = _guarded(work, source)
         if prepared is not None:
             return prepared, prepared.facts, None
@@ -119,7 +115,7 @@ def finish_one(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOption
     """Second pass: the file's final result under the project plan, checked to parse."""
     from migrator.pipeline.transform import finish
 
-    with _one_file():
+    with one_file():
         result, error = _guarded(lambda: finish(prepared, plan, options), _user_bytes(prepared))
         if result is not None and result.changed:
             # Calls whose opening bracket moved keep their continuation lines aligned with it.
@@ -149,87 +145,19 @@ def _user_bytes(prepared: PreparedFile) -> bytes:
     return prepared.original or prepared.source
 
 
-_collect_between_files = False
-YOUNG_COLLECTION_THRESHOLD = 100_000
-
-
-def collect_between_files() -> None:
-    """From now on, run the cyclic garbage collector between files, never during one.
-
-    A port builds millions of objects that live until its file is done (the `ast` and libcst
-    trees) and makes little cyclic garbage (libcst's scope graph, freed by one young collection
-    when the file is done). At the default threshold (700 allocations) the collector rescanned
-    the live trees a third of the time of a 20,000-line file; a hundred times less often, it
-    still made the parse that checks the ported file 2.5 times slower than the first parse of
-    the same size (1.2 s against 0.47 s); paused, the two cost the same. Between files it runs
-    a hundred times less often than by default. Set by the command line and its workers, where
-    the process is npu-migrate's own."""
-    global _collect_between_files
-    _collect_between_files = True
-    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
-
-
-def configure_process() -> None:
-    """npu-migrate's settings for a process of its own: the command line's and each worker's.
-
-    Workers started by fork inherit them; started by forkserver or spawn (forkserver is Python
-    3.14's default on Linux) they do not, and under either a `-j 2` run printed four lines of
-    noise per file, so each pool's initializer calls this too.
-    """
-    collect_between_files()
-    # The user's code is parsed and its string literals evaluated (ast, libcst), and from Python
-    # 3.12 the compiler prints a SyntaxWarning for each invalid escape in them (`"\\d"`), named
-    # after no file: noise about code npu-migrate does not change.
-    warnings.filterwarnings("ignore", category=SyntaxWarning)
-
-
-@contextlib.contextmanager
-def _one_file() -> Iterator[None]:
-    """The work on one file, with the collector paused when `collect_between_files` was called."""
-    if not _collect_between_files or not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        # Collected before it is enabled again: enabled with the count past its threshold,
-        # the collector would start a young collection of its own at the next allocation.
-        gc.collect(0)
-        gc.enable()
-
-
 _worker_options: MigrateOptions | None = None
-
-
-PARENT_POLL_SECONDS = 0.5
 
 
 def _init_worker(options: MigrateOptions) -> None:
     global _worker_options
     _worker_options = options
     configure_process()
-    _watch_parent()
+    watch_parent()
 
 
 def _init_triage_worker() -> None:
     configure_process()
-    _watch_parent()
-
-
-def _watch_parent() -> None:
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
-
-
-def _exit_with_parent(parent: int) -> None:
-    """End this worker once the process that started it is gone.
-
-    A killed npu-migrate (SIGKILL, an OOM kill) cannot tell its pool to stop, and a worker waiting
-    for work or porting a large file went on for a minute, holding memory; when the parent dies the
-    worker is re-parented, which this notices within PARENT_POLL_SECONDS."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_POLL_SECONDS)
-    os._exit(1)
+    watch_parent()
 
 
 def _prepare_in_worker(item: tuple[str, bytes, bool]) -> tuple[_Prepared, _Outcome | None]:
@@ -581,7 +509,7 @@ def _triage_batch(items: list[tuple[bytes, bool]]) -> list[tuple[Verdict, frozen
 
 def _triage_one(item: tuple[bytes, bool]) -> tuple[Verdict, frozenset[str]]:
     data, add_loss_scale = item
-    with _one_file():
+    with one_file():
         return verdict(data, add_loss_scale=add_loss_scale), imports(data)
 
 

@@ -1,5 +1,5 @@
 """The command line runs Python's cyclic collector between files, not during one
-(`runner.collect_between_files`): checked in a process of its own, since the setting is global."""
+(`processes.collect_between_files`): checked in a process of its own, the setting being global."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from cli_runner import MIGRATOR_FIXTURES, cli_env
 
 SCRIPT = """
 import gc, json, sys
-from migrator.pipeline import runner
+from migrator.pipeline import processes, runner
 from migrator.pipeline.transform import MigrateOptions
 
 source = open(sys.argv[1], "rb").read()
@@ -19,7 +19,7 @@ seen = []
 gc.callbacks.append(lambda phase, info: phase == "start" and seen.append(info["generation"]))
 
 def collections(flag):
-    runner._collect_between_files = flag
+    processes._collect_between_files = flag
     options = MigrateOptions()
     gc.collect()  # not one started by this script's own allocations (Python 3.12+ starts one
     seen.clear()  # as soon as the count passes the threshold, before the file's work begins)
@@ -29,7 +29,7 @@ def collections(flag):
 
 runner.prepare_one("warm.py", source, MigrateOptions())  # imports and caches outside the count
 plain = collections(False)  # at the default thresholds
-runner.collect_between_files()
+processes.collect_between_files()
 gc.set_threshold(700)  # the default again: only the pause keeps the collector out now
 paused = collections(True)
 print(json.dumps({"plain": plain, "paused": paused, "enabled": gc.isenabled()}))
