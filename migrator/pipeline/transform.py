@@ -410,8 +410,13 @@ def _migrate_moved(
     move made.
     """
     original = parse(source)
-    moved, findings = global_step.rewrite(Wrapper(original), path, plan)
-    ported, port_findings = _port(Wrapper(moved), source, path, options)
+    # Just parsed, so not copied (see `_prepare`): the move's line lookups then read the lines
+    # the parse remembered, and the statements it leaves are the parsed ones, whose bytes
+    # `ported_bytes` copies from the file instead of generating their code.
+    moved, findings = global_step.rewrite(
+        Wrapper(original, unsafe_skip_copy=True, source=source), path, plan
+    )
+    ported, port_findings = _port(Wrapper.of_built(moved), source, path, options)
     if port_findings:
         moved_code = ported_bytes(moved, original, source).decode(original.encoding)
         port_findings = _map_lines(port_findings, code_of(original), moved_code)

@@ -104,3 +104,29 @@ def test_the_port_of_every_fixture() -> None:
             changed += 1
             assert ported_bytes(ported, parsed, source) == bytes_of(ported), path
     assert changed > 40
+
+
+def test_the_global_step_move_keeps_the_statements_it_does_not_edit() -> None:
+    """The move rebuilds only the top-level statements holding what it edits: the others stay
+    the parsed objects, whose bytes are copied, and the result is what generating it gives."""
+    from migrator.codemods import global_step
+
+    moved_files = 0
+    for path in sorted(MIGRATOR_FIXTURES.rglob("*.py")):
+        source = path.read_bytes()
+        if b"global_step" not in source:
+            continue
+        try:
+            parsed = transform.parse(source)
+        except SourceError:
+            continue
+        wrapper = transform.Wrapper(parsed, unsafe_skip_copy=True, source=source)
+        moved, _ = global_step.rewrite(wrapper, str(path), None)
+        if moved is parsed:
+            continue
+        moved_files += 1
+        same = [a is b for a, b in zip(parsed.body, moved.body)]
+        assert any(same) and not all(same), path
+        assert all(a is b for a, b in zip(parsed.header, moved.header)), path
+        assert ported_bytes(moved, parsed, source) == bytes_of(moved), path
+    assert moved_files >= 4

@@ -11,6 +11,7 @@ from cst_nodes import all_nodes
 from libcst.metadata import ExpressionContextProvider, MetadataWrapper, ScopeProvider
 
 from migrator.codemods.shared import untyped_scope
+from migrator.codemods.shared.parents import ParentProvider
 from migrator.codemods.shared.trivia import TRIVIA
 from migrator.codemods.shared.visiting import Wrapper, preorder, visit
 
@@ -401,3 +402,29 @@ x: typing.List["Model"] = []
 y: Literal["Model"] = "Model"
 class Model: pass
 """
+
+
+def test_a_built_tree_is_copied_only_where_a_node_appears_twice() -> None:
+    """Metadata is keyed by node: a node met twice would get one parent, one scope."""
+    module = cst.parse_module(b"x = f(1)\ny = g(2)\n")
+    assert Wrapper.of_built(module).module is module
+    name = cst.Name("x")
+    twice = cst.Module(
+        body=[cst.SimpleStatementLine([cst.Expr(name)]), cst.SimpleStatementLine([cst.Expr(name)])]
+    )
+    space = cst.SimpleWhitespace(" ")  # trivia counts too
+    spaced = cst.Module(
+        body=[
+            cst.SimpleStatementLine(
+                [cst.Assign([cst.AssignTarget(cst.Name(n), space, space)], cst.Integer("1"))]
+            )
+            for n in "ab"
+        ]
+    )
+    for built in (twice, spaced):
+        wrapper = Wrapper.of_built(built)
+        assert wrapper.module is not built
+        assert wrapper.module.code == built.code
+        parents = wrapper.resolve(ParentProvider)
+        names = [n for n in parents if isinstance(n, cst.Name)]
+        assert len(names) == 2 and len({id(n) for n in names}) == 2

@@ -24,8 +24,8 @@ from libcst.metadata import MetadataWrapper
 from migrator import registry
 from migrator.codemods.global_step.analysis import Analyzer
 from migrator.codemods.global_step.edit import (
-    Editor,
     Edits,
+    apply_edits,
     increment_statements,
     quote_style,
     template,
@@ -463,4 +463,4 @@ def rewrite(
         )
     if not edits:
         return module, findings
-    return module.visit(Editor(module, edits)), findings
+    return apply_edits(module, edits), findings
