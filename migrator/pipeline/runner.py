@@ -160,19 +160,35 @@ def _init_triage_worker() -> None:
     watch_parent()
 
 
-def _prepare_in_worker(item: tuple[str, bytes, bool]) -> tuple[_Prepared, _Outcome | None]:
+# A file's result under the plan of its own facts, with that plan's share for it (`plan_share`).
+_Alone = tuple[tuple[object, ...], _Outcome]
+
+
+def _prepare_in_worker(
+    item: tuple[str, bytes, bool],
+) -> tuple[_Prepared, _Outcome | None, _Alone | None]:
     """The file prepared, and finished already under a plan that moves nothing (`NO_PLAN`): the
     final result of nearly every file, computed here in parallel instead of one by one in the
     parent once the plan is known (the checks of the user's own bytes, realignment and the parse
-    check of a port were 3.3 s of the parent's time on the dense speed tree)."""
-    from migrator.pipeline.transform import NO_PLAN
+    check of a port were 3.3 s of the parent's time on the dense speed tree).
+
+    A file the global-step move edits on its own facts (a BERT fork's optimization.py defines
+    the optimizer and advances the step by hand) is finished under that plan too: the project's
+    nearly always holds the same for it, and then that is its result. Finished after the plan,
+    such files kept both workers for the last second of the dense tree's run."""
+    from migrator.pipeline.transform import NO_PLAN, is_cheap_to_finish, plan_from_facts, plan_share
 
     assert _worker_options is not None
     path, source, facts_only = item
     prepared = prepare_one(path, source, _worker_options, facts_only)
     if prepared[0] is None:
-        return prepared, None
-    return prepared, finish_one(prepared[0], NO_PLAN, _worker_options)
+        return prepared, None, None
+    done = finish_one(prepared[0], NO_PLAN, _worker_options)
+    own = plan_from_facts([prepared[1]])
+    if is_cheap_to_finish(prepared[0], own):
+        return prepared, done, None
+    alone = finish_one(prepared[0], own, _worker_options)
+    return prepared, done, (plan_share(prepared[0], own), alone)
 
 
 def _finish_in_worker(item: tuple[PreparedFile, ProjectPlan]) -> _Outcome:
@@ -195,7 +211,12 @@ def _migrate_all(
     unless the project plan edits or warns about the file. The files whose paths are in
     `facts_only` are here for the plan alone (`_triage`).
     """
-    from migrator.pipeline.transform import is_cheap_to_finish, plan_from_facts, plan_matters
+    from migrator.pipeline.transform import (
+        is_cheap_to_finish,
+        plan_from_facts,
+        plan_matters,
+        plan_share,
+    )
 
     workers = min(jobs, len(items) // MIN_FILES_PER_WORKER)
     if workers <= 1:
@@ -218,7 +239,7 @@ def _migrate_all(
     with ProcessPoolExecutor(
         max_workers=workers, initializer=_init_worker, initargs=(options,)
     ) as pool:
-        answers: dict[int, tuple[_Prepared, _Outcome | None]] = {}
+        answers: dict[int, tuple[_Prepared, _Outcome | None, _Alone | None]] = {}
         broken = False
         try:
             flagged = [(items[i][0], items[i][1], items[i][0] in facts_only) for i in order]
@@ -229,21 +250,28 @@ def _migrate_all(
             # A worker was killed (the OOM killer, a signal) or crashed: the run goes on without
             # the files it had not answered for, which fail alone.
             broken = True
-        lost: tuple[_Prepared, _Outcome | None] = ((None, None, WORKER_DIED), None)
+        lost: tuple[_Prepared, None, None] = ((None, None, WORKER_DIED), None, None)
         prepared = [answers.get(i, lost)[0] for i in range(len(items))]
         early = [answers.get(i, lost)[1] for i in range(len(items))]
         plan = plan_from_facts(facts for _, facts, _ in prepared)
+        reworked: dict[int, _Outcome] = {}
+        for (p, _, _), alone in zip(prepared, (answers.get(i, lost)[2] for i in range(len(items)))):
+            if p is not None and alone is not None and alone[0] == plan_share(p, plan):
+                reworked[id(p)] = alone[1]
         # Only files the move edits are worth a round trip to a worker (none to a broken pool).
         heavy = [
             p
             for p, _, _ in prepared
-            if p is not None and not broken and not is_cheap_to_finish(p, plan)
+            if p is not None
+            and id(p) not in reworked
+            and not broken
+            and not is_cheap_to_finish(p, plan)
         ]
         try:
             finished = list(pool.map(_finish_in_worker, [(p, plan) for p in heavy]))
         except BrokenProcessPool:
             finished = [(None, WORKER_DIED)] * len(heavy)
-        reworked = dict(zip(map(id, heavy), finished))
+        reworked.update(zip(map(id, heavy), finished))
     return [
         (None, error)
         if p is None

@@ -294,6 +294,12 @@ def _horovod_importer(
     return functools.partial(importer_of, inits, path, source)
 
 
+def plan_share(prepared: PreparedFile, plan: ProjectPlan) -> tuple[object, ...]:
+    """All `finish` reads of `plan` for this file: it gives the same result under two plans whose
+    shares are equal (the global-step move's edits and warnings for the file)."""
+    return global_step.share(_step_plan(prepared, plan), prepared.path)
+
+
 def is_cheap_to_finish(prepared: PreparedFile, plan: ProjectPlan) -> bool:
     """False when `finish` must parse the file again because the global-step move edits it."""
     return not global_step.touches(_step_plan(prepared, plan), prepared.path)

@@ -19,6 +19,7 @@ from migrator.codemods.global_step.plan import (
     plan_warnings,
     rewrite,
     scan,
+    share,
     touches,
 )
 
@@ -33,5 +34,6 @@ __all__ = [
     "plan_warnings",
     "rewrite",
     "scan",
+    "share",
     "touches",
 ]

@@ -175,6 +175,17 @@ def touches(plan: GlobalStepPlan, path: str) -> bool:
     return any(p == key for p, _, _ in plan.moves) or any(p == key for p, _, _ in plan.inserts)
 
 
+def share(plan: GlobalStepPlan, path: str) -> tuple[tuple[object, ...], ...]:
+    """All `rewrite` reads of `plan` for one file: it edits and warns about the file alike under
+    two plans whose shares for it are equal."""
+    key = norm(path)
+    return (
+        tuple(m for m in plan.moves if m[0] == key),
+        tuple(i for i in plan.inserts if i[0] == key),
+        tuple(w for w in plan.warnings if norm(w.path) == key),
+    )
+
+
 def plan_warnings(plan: GlobalStepPlan, path: str) -> list[Finding]:
     """The plan's findings for one file, under the path the caller uses for it."""
     key = norm(path)

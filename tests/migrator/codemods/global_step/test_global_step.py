@@ -501,3 +501,51 @@ def test_step_update_grouped_in_the_return_statement_moves_and_trains(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [[True, 1], [False, 1], [True, 2]]
+
+
+def test_two_workers_give_what_one_gives(tmp_path):
+    """Workers finish a file the move edits on its own facts under its own plan; the result
+    stands only where the project's plan holds the same for the file. Here BERT's
+    optimization.py moves as it would alone, and opt.py would move alone but may not: another
+    file advances the step by hand through its class in fp32."""
+    src = _copy(tmp_path, "optimization.py")
+    (src / "opt.py").write_text(
+        SHARED_OPTIMIZER + "\n\n"
+        "def fp16(loss, global_step):\n"
+        "    manager = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
+        "    opt = tf.contrib.mixed_precision.LossScaleOptimizer(Shared(False, 'a'), manager)\n"
+        "    train_op = opt.minimize(loss, global_step=global_step)\n"
+        "    new_global_step = global_step + 1\n"
+        "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n"
+        "    return train_op\n"
+    )
+    (src / "finetune.py").write_text(
+        "import tensorflow as tf\nfrom opt import Shared\n\n\n"
+        "def fp32(loss, global_step):\n"
+        "    train_op = Shared(False, 'b').minimize(loss, global_step=global_step)\n"
+        "    new_global_step = global_step + 1\n"
+        "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n"
+        "    return train_op\n"
+    )
+    for n in range(8):  # enough files for a pool of two workers
+        (src / f"model_{n}.py").write_text(
+            "import tensorflow as tf\n\n\n"
+            "def build(opt):\n"
+            f"    manager = tf.contrib.mixed_precision.FixedLossScaleManager({n + 1})\n"
+            "    return tf.contrib.mixed_precision.LossScaleOptimizer(opt, manager)\n"
+        )
+    outputs = {}
+    for jobs in ("1", "2"):
+        out, report = tmp_path / f"out{jobs}", tmp_path / f"report{jobs}.json"
+        proc = run_cli(src, "--output-dir", out, "--report", report, "-j", jobs, "--no-color")
+        assert proc.returncode == 0, proc.stderr
+        found = json.loads(report.read_text(encoding="utf-8"))
+        files = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*.py")}
+        outputs[jobs] = (files, found["findings"], found["failed"])
+    assert outputs["2"] == outputs["1"]
+    files, findings, _ = outputs["2"]
+    assert len(files) == 10
+    moved = {f["path"].rsplit("/", 1)[-1] for f in findings if f["rule"] == MOVE}
+    assert moved == {"optimization.py"}
+    (manual,) = [f for f in findings if f["rule"] == MANUAL]
+    assert manual["path"].endswith("opt.py") and "Shared is also used by fp32" in manual["message"]
