@@ -211,12 +211,7 @@ def _migrate_all(
     unless the project plan edits or warns about the file. The files whose paths are in
     `facts_only` are here for the plan alone (`_triage`).
     """
-    from migrator.pipeline.transform import (
-        is_cheap_to_finish,
-        plan_from_facts,
-        plan_matters,
-        plan_share,
-    )
+    from migrator.pipeline.transform import is_cheap_to_finish, plan_from_facts, plan_share
 
     workers = min(jobs, len(items) // MIN_FILES_PER_WORKER)
     if workers <= 1:
@@ -277,11 +272,27 @@ def _migrate_all(
         if p is None
         else reworked[id(p)]
         if id(p) in reworked
-        else done
-        if done is not None and not plan_matters(p, plan)
-        else finish_one(p, plan, options)
+        else _final(p, done, plan, options)
         for (p, _, error), done in zip(prepared, early)
     ], plan
+
+
+def _final(
+    prepared: PreparedFile, done: _Outcome | None, plan: ProjectPlan, options: MigrateOptions
+) -> _Outcome:
+    """A file's outcome under `plan`, from `done`, its outcome under NO_PLAN where a worker
+    finished it so: the same where the plan neither edits nor warns about the file, the same with
+    the plan's warnings sorted in where it only warns (`with_plan_warnings`), else finished here.
+    """
+    from migrator.pipeline.transform import plan_matters, with_plan_warnings
+
+    if done is None:
+        return finish_one(prepared, plan, options)
+    result = done[0]
+    if not plan_matters(prepared, plan):
+        return done
+    warned = with_plan_warnings(prepared, plan, options, result) if result is not None else None
+    return (warned, None) if warned is not None else finish_one(prepared, plan, options)
 
 
 def run(
@@ -332,7 +343,7 @@ def run(
     builders: list[tuple[str, bytes]] = []  # files that build a tf.distribute strategy
     every: list[str] = []  # the paths of every file read, which their imports may name
     add_loss_scale = config.add_loss_scale is not None
-    with _Verdicts(add_loss_scale=add_loss_scale, jobs=config.jobs) as verdicts:
+    with _Verdicts(add_loss_scale=add_loss_scale, jobs=config.jobs, scanned=len(files)) as verdicts:
         for source in files:
             data, error = _read(source)
             if data is None:
@@ -463,6 +474,10 @@ def _split(
 TRIAGE_FILES_PER_WORKER = 50
 # Files handed to a worker at a time.
 TRIAGE_BATCH = 16
+# A run over this many files starts its triage workers with the first batch: scanning that many
+# takes longer than starting them (waiting for enough files for two, the workers sat idle for the
+# first half second of the dense tree's scan).
+EARLY_TRIAGE_FILES = 1000
 
 
 class _Verdicts:
@@ -475,9 +490,12 @@ class _Verdicts:
     too few files, or `jobs` is 1.
     """
 
-    def __init__(self, *, add_loss_scale: bool, jobs: int) -> None:
+    def __init__(self, *, add_loss_scale: bool, jobs: int, scanned: int = 0) -> None:
+        """`scanned`: how many files the run reads (admitted or not)."""
         self._add_loss_scale = add_loss_scale
         self._jobs = jobs
+        early = scanned >= EARLY_TRIAGE_FILES
+        self._start = TRIAGE_BATCH if early else 2 * TRIAGE_FILES_PER_WORKER
         self._files: list[bytes] = []
         self._sent = 0  # files [0, _sent) are in `_batches`
         self._batches: list[Future[list[tuple[Verdict, frozenset[str]]]]] = []
@@ -495,7 +513,7 @@ class _Verdicts:
     def add(self, data: bytes) -> None:
         self._files.append(data)
         if self._pool is None and self._jobs > 1:
-            if len(self._files) < 2 * TRIAGE_FILES_PER_WORKER:
+            if len(self._files) < self._start:
                 return
             from concurrent.futures import ProcessPoolExecutor
 
@@ -505,13 +523,16 @@ class _Verdicts:
         if self._pool is not None and len(self._files) - self._sent >= TRIAGE_BATCH:
             self._send()
 
-    def _send(self) -> None:
+    def _send(self, parts: int = 1) -> None:
+        """Hand the files not sent yet to the workers, in `parts` batches."""
         from concurrent.futures.process import BrokenProcessPool
 
         assert self._pool is not None
-        batch = [(data, self._add_loss_scale) for data in self._files[self._sent :]]
+        rest = [(data, self._add_loss_scale) for data in self._files[self._sent :]]
+        size = -(-len(rest) // parts)
         try:
-            self._batches.append(self._pool.submit(_triage_batch, batch))
+            for start in range(0, len(rest), size):
+                self._batches.append(self._pool.submit(_triage_batch, rest[start : start + size]))
         except BrokenProcessPool:
             return  # read here by `collect`
         self._sent = len(self._files)
@@ -521,7 +542,7 @@ class _Verdicts:
         from concurrent.futures.process import BrokenProcessPool
 
         if self._pool is not None and self._sent < len(self._files):
-            self._send()
+            self._send(parts=self._jobs)  # the last files, shared by the workers
         done: list[tuple[Verdict, frozenset[str]]] = []
         try:
             for batch in self._batches:

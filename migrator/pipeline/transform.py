@@ -318,6 +318,25 @@ def plan_matters(prepared: PreparedFile, plan: ProjectPlan) -> bool:
     )
 
 
+def with_plan_warnings(
+    prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions, result: MigrationResult
+) -> MigrationResult | None:
+    """`finish(prepared, plan, options)` from `result`, the same under NO_PLAN, where `plan` does
+    not edit the file: its warnings for the file, sorted in as `finish` sorts them (a stable sort
+    by line, so before the port's findings on their line, as there). None where `finish` does
+    more with them: a long file's view maps their lines, --add-loss-scale and the npu-bridge
+    target rework the findings."""
+    if (
+        prepared.view is not None
+        or prepared.original is not None
+        or options.target == "npu-bridge"
+        or not is_cheap_to_finish(prepared, plan)
+    ):
+        return None
+    warnings = global_step.plan_warnings(_step_plan(prepared, plan), prepared.path)
+    return dataclasses.replace(result, findings=_sorted([*warnings, *result.findings]))
+
+
 def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -> MigrationResult:
     """Combine a prepared file with the project plan into the file's final result."""
     result = _finish(prepared, plan, options)

@@ -18,6 +18,8 @@ import pytest
 from cli_runner import MIGRATOR_FIXTURES, run_cli
 
 from migrator.pipeline.runner import (
+    EARLY_TRIAGE_FILES,
+    TRIAGE_BATCH,
     TRIAGE_FILES_PER_WORKER,
     _migrate_all,
     _split,
@@ -207,4 +209,22 @@ def test_the_triage_workers_start_during_the_scan_and_a_killed_one_costs_no_verd
         for _, data in admitted[enough:]:
             verdicts.add(data)
         read = verdicts.collect()
+    assert _split(admitted, read) == one
+
+
+def test_a_large_run_starts_its_triage_workers_with_the_first_batch(tmp_path: Path) -> None:
+    flags = {f"flags{i:03d}": FLAG_FILE for i in range(TRIAGE_BATCH + 5)}
+    admitted = _project(tmp_path, more=STEP_FILE, **flags)
+    one = _triage(admitted, add_loss_scale=False, jobs=1)
+    with _Verdicts(add_loss_scale=False, jobs=2, scanned=EARLY_TRIAGE_FILES) as verdicts:
+        for _, data in admitted[: TRIAGE_BATCH - 1]:
+            verdicts.add(data)
+        assert verdicts._pool is None
+        verdicts.add(admitted[TRIAGE_BATCH - 1][1])
+        assert verdicts._pool is not None and len(verdicts._batches) == 1
+        for _, data in admitted[TRIAGE_BATCH:]:
+            verdicts.add(data)
+        read = verdicts.collect()
+        # The files left at the end are shared by the two workers, not read by one.
+        assert len(verdicts._batches) == 3
     assert _split(admitted, read) == one
