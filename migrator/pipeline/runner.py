@@ -207,8 +207,9 @@ def _migrate_all(
 
     Preparing is the expensive part and independent per file; the plan needs all files' facts;
     finishing is cheap except for the few files the global-step move edits. In worker processes
-    a file is finished as it is prepared, under a plan that moves nothing, and that result stands
-    unless the project plan edits or warns about the file. The files whose paths are in
+    a file is finished as it is prepared, under a plan that moves nothing (and one the move edits
+    on its own facts under that plan too, `_prepare_in_worker`), and that result stands unless the
+    project plan edits or warns about the file otherwise. The files whose paths are in
     `facts_only` are here for the plan alone (`_triage`).
     """
     from migrator.pipeline.transform import is_cheap_to_finish, plan_from_facts, plan_share
@@ -375,11 +376,25 @@ def run(
         quiet_callers = [
             bool(built_by_helpers) and calls_helper(d, built_by_helpers) for _, d in quiet
         ]
-        early = bool(pending)
-        if early:
+
+        def options_of_run() -> MigrateOptions:
+            """The options and cross-file facts every file's port is given."""
             from migrator.pipeline.transform import MigrateOptions
 
-            importers, inits = strategy_importers(builders, every), horovod_inits(sites, every)
+            return MigrateOptions(
+                distributed=config.distributed,  # type: ignore[arg-type]
+                add_loss_scale=config.add_loss_scale,
+                target=config.target,
+                reexports=frozenset(reexports),
+                keras_helpers=frozenset(keras_helpers),
+                loss_scale_modules=frozenset(loss_scale_modules),
+                scaler_attrs=frozenset(scaler_attrs),
+                scaler_helpers=built_by_helpers,
+                strategy_importers=strategy_importers(builders, every),
+                horovod_inits=horovod_inits(sites, every),
+            )
+
+        options = options_of_run() if pending else None
         read_back = verdicts.collect()
     admitted = {s.display: d for s, d in pending}
     pending, for_plan, cleared = _split(pending, read_back)
@@ -399,22 +414,8 @@ def run(
             outcomes.append(FileOutcome(source, "unchanged"))
 
     if pending:
-        if not early:  # only files calling a helper
-            from migrator.pipeline.transform import MigrateOptions
-
-            importers, inits = strategy_importers(builders, every), horovod_inits(sites, every)
-        options = MigrateOptions(
-            distributed=config.distributed,  # type: ignore[arg-type]
-            add_loss_scale=config.add_loss_scale,
-            target=config.target,
-            reexports=frozenset(reexports),
-            keras_helpers=frozenset(keras_helpers),
-            loss_scale_modules=frozenset(loss_scale_modules),
-            scaler_attrs=frozenset(scaler_attrs),
-            scaler_helpers=built_by_helpers,
-            strategy_importers=importers,
-            horovod_inits=inits,
-        )
+        if options is None:  # only files calling a helper are left
+            options = options_of_run()
         items = [(s.display, data) for s, data in pending]
         with (progress or _no_progress)(len(items)) as bar:
             results, plan = _migrate_all(items, options, config.jobs, bar.tick, facts_only)

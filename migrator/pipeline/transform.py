@@ -322,10 +322,10 @@ def with_plan_warnings(
     prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions, result: MigrationResult
 ) -> MigrationResult | None:
     """`finish(prepared, plan, options)` from `result`, the same under NO_PLAN, where `plan` does
-    not edit the file: its warnings for the file, sorted in as `finish` sorts them (a stable sort
-    by line, so before the port's findings on their line, as there). None where `finish` does
-    more with them: a long file's view maps their lines, --add-loss-scale and the npu-bridge
-    target rework the findings."""
+    not edit the file: its warnings for the file sorted in (`_sorted` is stable, so a warning
+    stays before the port's findings of the same line, kind and rule, as in `finish`). None where
+    `finish` does more with them: a long file's view maps their lines, --add-loss-scale and the
+    npu-bridge target rework the findings."""
     if (
         prepared.view is not None
         or prepared.original is not None
