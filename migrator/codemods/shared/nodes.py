@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
-from migrator.codemods.shared.visiting import visit
+from migrator.codemods.shared.visiting import every_node
 
 Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
 
@@ -55,9 +55,7 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     From one read-only walk (shared.visiting): `CSTNode.children` rebuilds each node's children
     to list them, which made this the largest cost of the import survey on long files.
     """
-    found: list[cst.CSTNode] = []
-    visit(node, _Nodes(found))
-    return iter(found)
+    return iter(every_node(node))
 
 
 def small_statements(
@@ -86,19 +84,6 @@ def small_statements(
 # The fields of a compound statement (and of a block, an `else`, a handler, a `finally`, a match
 # case) that hold statements; none of them holds an expression on those nodes.
 _BLOCK_FIELDS = ("body", "orelse", "handlers", "finalbody", "cases")
-
-
-class _Nodes(cst.CSTVisitor):
-    def __init__(self, found: list[cst.CSTNode]) -> None:
-        super().__init__()
-        self.found = found
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.found.append(node)
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        pass
 
 
 def child_of(node: cst.CSTNode, block: cst.CSTNode, parent: Parent) -> cst.CSTNode | None:

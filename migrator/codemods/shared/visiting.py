@@ -347,25 +347,30 @@ def preorder(root: cst.CSTNode) -> tuple[list[cst.CSTNode], list[int]]:
     return nodes, ends
 
 
+def every_node(root: cst.CSTNode) -> list[cst.CSTNode]:
+    """`root` and every node under it, trivia included, in libcst's visiting order; a node that
+    appears twice is listed twice."""
+    found: list[cst.CSTNode] = []
+    visit(root, _Nodes(found))
+    return found
+
+
+class _Nodes(cst.CSTVisitor):
+    def __init__(self, found: list[cst.CSTNode]) -> None:
+        super().__init__()
+        self.found = found
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.found.append(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        pass
+
+
 def _repeats_a_node(root: cst.CSTNode) -> bool:
-    """Whether some node object appears twice under `root`, trivia included."""
-    seen: set[int] = set()
-    pending: list[cst.CSTNode] = [root]
-    while pending:
-        node = pending.pop()
-        if id(node) in seen:
-            return True
-        seen.add(id(node))
-        for name, optional in _fields(type(node)):
-            value = getattr(node, name)
-            if optional and value is None:
-                continue
-            kind = KINDS.get(type(value)) or field_kind(type(value))
-            if kind is NODE:
-                pending.append(value)
-            elif kind is SEQUENCE:
-                pending.extend(v for v in value if field_kind(type(v)) is NODE)
-    return False
+    found = every_node(root)
+    return len({id(node) for node in found}) != len(found)
 
 
 class _Table(dict[type, _Row]):

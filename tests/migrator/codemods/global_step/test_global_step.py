@@ -24,6 +24,28 @@ SHARED_OPTIMIZER = (
 )
 
 
+# A loss-scaled function advancing the step by hand through Shared, which alone would move, and
+# a plain fp32 one doing the same in another file, which keeps it from moving.
+FP16_STEPPER = (
+    SHARED_OPTIMIZER + "\n\n"
+    "def fp16(loss, global_step):\n"
+    "    manager = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
+    "    opt = tf.contrib.mixed_precision.LossScaleOptimizer(Shared(False, 'a'), manager)\n"
+    "    train_op = opt.minimize(loss, global_step=global_step)\n"
+    "    new_global_step = global_step + 1\n"
+    "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n"
+    "    return train_op\n"
+)
+FP32_STEPPER = (
+    "import tensorflow as tf\nfrom opt import Shared\n\n\n"
+    "def fp32(loss, global_step):\n"
+    "    train_op = Shared(False, 'b').minimize(loss, global_step=global_step)\n"
+    "    new_global_step = global_step + 1\n"
+    "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n"
+    "    return train_op\n"
+)
+
+
 def _copy(tmp_path: Path, *names: str) -> Path:
     src = tmp_path / "src"
     for name in names:
@@ -264,25 +286,9 @@ def test_class_shared_with_a_function_that_steps_without_loss_scaling(tmp_path):
     with the increment in the class, that function's step would advance twice."""
     src = tmp_path / "src"
     src.mkdir()
-    (src / "opt.py").write_text(
-        SHARED_OPTIMIZER + "\n\n"
-        "def fp16(loss, global_step):\n"
-        "    manager = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
-        "    opt = tf.contrib.mixed_precision.LossScaleOptimizer(Shared(False, 'a'), manager)\n"
-        "    train_op = opt.minimize(loss, global_step=global_step)\n"
-        "    new_global_step = global_step + 1\n"
-        "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n"
-        "    return train_op\n"
-    )
+    (src / "opt.py").write_text(FP16_STEPPER)
     # No loss-scale API in this file, and the optimizer is used without a name.
-    (src / "finetune.py").write_text(
-        "import tensorflow as tf\nfrom opt import Shared\n\n\n"
-        "def fp32(loss, global_step):\n"
-        "    train_op = Shared(False, 'b').minimize(loss, global_step=global_step)\n"
-        "    new_global_step = global_step + 1\n"
-        "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n"
-        "    return train_op\n"
-    )
+    (src / "finetune.py").write_text(FP32_STEPPER)
     before = {p.name: _step_code(p) for p in src.iterdir()}
     report = _migrate(tmp_path, src)
     assert {p.name: _step_code(p) for p in src.iterdir()} == before
@@ -509,24 +515,8 @@ def test_two_workers_give_what_one_gives(tmp_path):
     optimization.py moves as it would alone, and opt.py would move alone but may not: another
     file advances the step by hand through its class in fp32."""
     src = _copy(tmp_path, "optimization.py")
-    (src / "opt.py").write_text(
-        SHARED_OPTIMIZER + "\n\n"
-        "def fp16(loss, global_step):\n"
-        "    manager = tf.contrib.mixed_precision.FixedLossScaleManager(128)\n"
-        "    opt = tf.contrib.mixed_precision.LossScaleOptimizer(Shared(False, 'a'), manager)\n"
-        "    train_op = opt.minimize(loss, global_step=global_step)\n"
-        "    new_global_step = global_step + 1\n"
-        "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n"
-        "    return train_op\n"
-    )
-    (src / "finetune.py").write_text(
-        "import tensorflow as tf\nfrom opt import Shared\n\n\n"
-        "def fp32(loss, global_step):\n"
-        "    train_op = Shared(False, 'b').minimize(loss, global_step=global_step)\n"
-        "    new_global_step = global_step + 1\n"
-        "    train_op = tf.group(train_op, [global_step.assign(new_global_step)])\n"
-        "    return train_op\n"
-    )
+    (src / "opt.py").write_text(FP16_STEPPER)
+    (src / "finetune.py").write_text(FP32_STEPPER)
     for n in range(8):  # enough files for a pool of two workers
         (src / f"model_{n}.py").write_text(
             "import tensorflow as tf\n\n\n"
