@@ -247,11 +247,12 @@ def _migrate_all(
             # the files it had not answered for, which fail alone.
             broken = True
         lost: tuple[_Prepared, None, None] = ((None, None, WORKER_DIED), None, None)
-        prepared = [answers.get(i, lost)[0] for i in range(len(items))]
-        early = [answers.get(i, lost)[1] for i in range(len(items))]
+        rows = [answers.get(i, lost) for i in range(len(items))]
+        prepared = [row[0] for row in rows]
+        early = [row[1] for row in rows]
         plan = plan_from_facts(facts for _, facts, _ in prepared)
         reworked: dict[int, _Outcome] = {}
-        for (p, _, _), alone in zip(prepared, (answers.get(i, lost)[2] for i in range(len(items)))):
+        for (p, _, _), _, alone in rows:
             if p is not None and alone is not None and alone[0] == plan_share(p, plan):
                 reworked[id(p)] = alone[1]
         # Only files the move edits are worth a round trip to a worker (none to a broken pool).
