@@ -289,19 +289,26 @@ class KerasPort:
                 "; taken as a Keras optimizer, the only kind TF 2's "
                 "enable_mixed_precision_graph_rewrite takes (the file names no TF 1-only symbol)"
             )
-        takes = (
-            "npu_lossscale.keras.keras2.LossScaleOptimizer wraps Keras 2 optimizers only"
-            if target == version.KERAS_2_TARGET
-            else "npu_lossscale.keras.LossScaleOptimizer wraps the optimizers of the Keras the "
-            "process runs"
-        )
+        # Each class raises what its Keras raises for a wrong optimizer: Keras 2 a TypeError,
+        # Keras 3 a ValueError (npu_lossscale.keras.checks).
+        if target == version.KERAS_2_TARGET:
+            takes = (
+                "npu_lossscale.keras.keras2.LossScaleOptimizer wraps Keras 2 optimizers only "
+                "(tf_keras, tf.keras before TF 2.16 or under TF_USE_LEGACY_KERAS, their "
+                "optimizers.legacy, TensorFlow Addons), so it raises TypeError at start-up if "
+                "this is a Keras 3 one or a tf.compat.v1 one"
+            )
+        else:
+            takes = (
+                "npu_lossscale.keras.LossScaleOptimizer wraps the optimizers of the Keras the "
+                "process runs, so it raises at start-up (TypeError under Keras 2, ValueError "
+                "under Keras 3) if this is one of the other Keras (tf_keras, optimizers.legacy "
+                "or TensorFlow Addons in a Keras 3 process, or the reverse) or a tf.compat.v1 one"
+            )
         a.warn(
             inner,
             registry.OPTIMIZER_KIND_UNKNOWN,
-            f"cannot see how `{_one_line(a.code(inner))}` is built{assumed}; {takes}, so it "
-            "raises ValueError at start-up if this is one of the other Keras (tf_keras, "
-            "optimizers.legacy or TensorFlow Addons in a Keras 3 process, or the reverse) or a "
-            "tf.compat.v1 one",
+            f"cannot see how `{_one_line(a.code(inner))}` is built{assumed}; {takes}",
         )
 
     def _loss_scale(self, site: KerasSite) -> tuple[LossScale, str | None]:
@@ -434,7 +441,8 @@ def _in_annotation(node: cst.CSTNode, parent: Parent) -> bool:
 
 def _detail(site: KerasSite, scale: LossScale) -> str:
     if site.spelling == "keras":
-        return " (Keras 2 positional arguments now by keyword)" if site.keras_2_order else ""
+        notes = [note for note in (_by_keyword(site), _fixed_scale(site)) if note]
+        return f" ({'; '.join(notes)})" if notes else ""
     return {
         "default": " (no loss_scale: TF's default 'dynamic' is the default rule)",
         "dynamic": " (loss_scale='dynamic' is the default rule)",
@@ -449,6 +457,37 @@ def _detail(site: KerasSite, scale: LossScale) -> str:
             "script runs: 'dynamic' the default rule, a number N initial_scale=N, dynamic=False)"
         ),
     }[scale.kind]
+
+
+def _by_keyword(site: KerasSite) -> str:
+    """Said only where the port moved an argument: a call that passes the optimizer alone, or
+    the rest by keyword, is written as it was."""
+    inner = _INNER[site.spelling]
+    moved = site.keras_2_order and any(
+        site.call.args[index].keyword is None
+        for param, index in site.bound.items()
+        if param != inner
+    )
+    return "Keras 2 positional arguments now by keyword" if moved else ""
+
+
+def _fixed_scale(site: KerasSite) -> str:
+    """The one step that runs differently after the port: Keras 2's fixed scale applies an
+    overflowed step (inf reaches the weights), ours skips it; a reviewer should see it here."""
+    index = site.bound.get("dynamic")
+    if index is None:
+        return ""
+    value = site.call.args[index].value
+    if isinstance(value, cst.Name) and value.value in ("True", "False"):
+        if value.value == "True":
+            return ""
+        where = "dynamic=False"
+    else:
+        where = "where `dynamic` is false"
+    return (
+        f"{where}: an overflowed step is skipped, as the NPU's FixedLossScaleManager does, where "
+        "Keras 2's fixed scale applies it"
+    )
 
 
 def _scale_keywords(scale: LossScale, value: cst.BaseExpression) -> list[cst.Arg]:

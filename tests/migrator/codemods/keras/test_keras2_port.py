@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -96,6 +97,40 @@ def test_tf_keras_pins_keras_2(ported) -> None:
     ]
     (note,) = _found(ported, name, "keras-version").values()
     assert "tf_keras, Keras 2 as a package" in note
+
+
+def test_the_change_says_what_runs_differently_and_only_what_was_done(ported) -> None:
+    """A fixed scale is the one step the port runs differently (Keras 2 applies an overflowed
+    step, ours skips it), so its finding says so; arguments are said to move only where some did."""
+    (fixed,) = _found(ported, "tf_keras_script.py", "keras-loss-scale-optimizer").values()
+    moved = "(Keras 2 positional arguments now by keyword; dynamic=False: an overflowed step is "
+    assert moved in fixed
+    assert "where Keras 2's fixed scale applies it" in fixed
+    by_line = _found(ported, "addons_lamb.py", "keras-loss-scale-optimizer")
+    assert "; where `dynamic` is false: an overflowed step is skipped" in by_line[8]
+    assert by_line[12].endswith("-> npu_lossscale.keras.LossScaleOptimizer(...)")
+    (alone,) = _found(ported, "handed_in_optimizer.py", "keras-loss-scale-optimizer").values()
+    assert alone.endswith("-> npu_lossscale.keras.keras2.LossScaleOptimizer(...)")
+
+
+def test_an_unseen_optimizer_is_warned_with_the_error_keras_2s_class_raises(ported) -> None:
+    name = "handed_in_optimizer.py"
+    assert KERAS_2 in _imports(ported, name)
+    (warning,) = _found(ported, name, "optimizer-kind-unknown").values()
+    assert "raises TypeError at start-up if this is a Keras 3 one or a tf.compat.v1 one" in warning
+    # ...which is what the class raises: a Keras 3 optimizer, in this Keras 3 process
+    probe = (
+        "import keras\n"
+        "from npu_lossscale.keras.keras2 import LossScaleOptimizer\n"
+        "try:\n"
+        "    LossScaleOptimizer(keras.optimizers.SGD())\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.stdout.split()[-1:] == ["TypeError"], done.stderr[-2000:]
 
 
 def test_keras_2_optimizers_go_to_the_class_the_process_resolves(ported) -> None:
