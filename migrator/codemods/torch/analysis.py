@@ -190,11 +190,9 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
                 self._chosen.add(id(node))
                 self._use(node, Kind.AMP)
                 return False
-            self._hand_port(
-                node,
-                f"`{code(node)}` is bound to more than one thing here (a try/except import?), "
-                f"so the tool cannot tell which scaler it is; port it to {names.PORTED} by hand",
-            )
+            bound = sorted({q.name for q in resolved})
+            npu = [name for name in bound if names.classify(name) is Kind.NPU]
+            self._hand_port(node, messages.ambiguous(code(node), bound, npu, names.PORTED))
             return False
         (name,) = related
         kind = names.classify(name)

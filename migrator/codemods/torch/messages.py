@@ -1,7 +1,7 @@
 """The longer texts the PyTorch port reports, apart from the analysis that decides when.
 
-Plain templates (`str.format` fields), so the analysis reads as decisions and this file as what a
-user is told.
+Templates (`str.format` fields, and one function choosing between two), so the analysis reads
+as decisions and this file as what a user is told.
 """
 
 from __future__ import annotations
@@ -28,3 +28,25 @@ FOREIGN_SCALING = (
     "overflowed step is applied; move the loop to torch.amp autocast with {ported} (both "
     "overflow modes), or run in INF/NAN mode"
 )
+
+# A name a try/except or if/else import binds to more than one scaler: the tool cannot tell which
+# runs. Where one is torch-npu's, the file already picks it on Ascend (mmcv's hooks).
+AMBIGUOUS_SCALER = (
+    "`{code}` is bound to more than one thing here ({bindings}; a try/except import?), so the "
+    "tool cannot tell which scaler it is; port it to {ported} by hand"
+)
+AMBIGUOUS_WITH_NPU = (
+    "`{code}` is bound to more than one scaler here ({bindings}), one of them torch-npu's "
+    "(`{npu}`), which the file presumably picks on Ascend, so it is left as it is; {ported} can "
+    "replace them (same methods, plus overflow modes and the all-reduced overflow decision) if "
+    "you port it by hand"
+)
+
+
+def ambiguous(what: str, bound: list[str], npu: list[str], ported: str) -> str:
+    """Why a name bound to several things is left: each binding named, and torch-npu's said to
+    be the one Ascend runs where it is among them."""
+    bindings = ", ".join(f"`{name}`" for name in bound)
+    if npu:
+        return AMBIGUOUS_WITH_NPU.format(code=what, bindings=bindings, npu=npu[0], ported=ported)
+    return AMBIGUOUS_SCALER.format(code=what, bindings=bindings, ported=ported)

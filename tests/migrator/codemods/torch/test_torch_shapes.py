@@ -75,6 +75,20 @@ def test_version_helper_ports_both_branches_and_warns_nothing_for_the_dead_one(
     assert ("torch-device", "warning") in found  # device kept as an expression: must be 'npu'
 
 
+def test_a_scaler_chosen_between_torch_npus_and_cudas_is_left_and_both_are_named(
+    ported: dict,
+) -> None:
+    name = "npu_or_cuda.py"
+    assert (ported["out"] / name).read_bytes() == (FIXTURES / name).read_bytes()
+    (warning,) = {f["message"] for f in _findings(ported["report"], name)}
+    assert warning.startswith(
+        "`GradScaler` is bound to more than one scaler here (`torch.cuda.amp.GradScaler`, "
+        "`torch.npu.amp.GradScaler`), one of them torch-npu's (`torch.npu.amp.GradScaler`)"
+    )
+    lines = sorted(f["line"] for f in _findings(ported["report"], name))
+    assert lines == [17]
+
+
 def test_try_fallback_import_becomes_one_import(ported: dict) -> None:
     text = (ported["out"] / "try_fallback.py").read_text(encoding="utf-8")
     assert "\ntry:\n" not in text and "\nexcept ImportError" not in text
