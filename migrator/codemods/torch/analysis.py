@@ -577,7 +577,9 @@ class TorchScalerAnalyzer(cst.CSTVisitor):
     def _leave_npu_file(self) -> None:
         """A file on torch-npu's scaler runs on Ascend already: say so, change nothing."""
         node, what = self._npu[0]
-        self.findings = [f for f in self.findings if f.kind != "change"]
+        # What the port would have changed goes, and so do its words on the devices of scalers
+        # it now leaves: each of those is warned below as not ported.
+        self.findings = [f for f in self.findings if f.kind != "change" and f.rule != DEVICE_RULE]
         self._warn(
             node,
             f"the file already uses torch-npu's scaler (`{what}`), so it was left unchanged; "

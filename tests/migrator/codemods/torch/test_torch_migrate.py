@@ -238,6 +238,27 @@ def test_torch_npu_file_is_left_with_a_note(ported: dict) -> None:
     assert "torch_npu.npu.amp.GradScaler" in note["message"]
 
 
+def test_a_torch_npu_file_says_nothing_of_the_devices_of_scalers_it_leaves(
+    tmp_path: Path,
+) -> None:
+    """ultralytics' trainer: torch-npu's scaler on an NPU, torch.amp's with a computed device
+    elsewhere; the file is left as it is, so the device of a scaler not ported is not warned."""
+    source = (
+        "import torch\n\n\n"
+        "def build(device):\n"
+        "    if device.type == 'npu':\n"
+        "        import torch_npu\n\n"
+        "        return torch_npu.npu.amp.GradScaler(enabled=True)\n"
+        "    return torch.amp.GradScaler(device.type, enabled=True)\n"
+    )
+    (tmp_path / "t.py").write_text(source, encoding="utf-8")
+    proc = run_cli("--check", "--report", tmp_path / "r.json", tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    found = [(f["line"], f["rule"], f["kind"]) for f in _findings(report, "t.py")]
+    assert found == [(8, "torch-npu", "warning"), (9, "torch-grad-scaler", "warning")]
+
+
 def test_look_alikes_are_not_touched_or_reported(ported: dict) -> None:
     assert _findings(ported["report"], "not_torch.py") == []
 
