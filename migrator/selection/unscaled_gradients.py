@@ -11,8 +11,9 @@ wraps itself, an existing wrapper is the script's own choice).
 
 Read with the standard library's `ast` from the user's own bytes, precise on purpose: in one
 function (or at module level), a name bound to such a wrapper's call, a name bound to
-`<module>.gradients(...)`, and that wrapper's `apply_gradients` called with the gradients or a
-value computed from them (clipped, zipped) after they were taken.
+`<module>.gradients(...)` (or to a value holding such a call: `list(zip(tf.gradients(...), v))`),
+and that wrapper's `apply_gradients` called with the gradients or a value computed from them
+(clipped, zipped) after they were taken, or with such a call inside its arguments.
 """
 
 from __future__ import annotations
@@ -78,14 +79,9 @@ def _unscaled(scope: list[ast.AST], contrib: set[str]) -> tuple[ast.Call, str] |
     )
     wrappers = [a for a in assigns if _is_wrapper(a.value, contrib)]
     wrapped = {t for a in wrappers for t in _targets(a)}
-    gradients = [
-        a
-        for a in assigns
-        if isinstance(a.value, ast.Call)
-        and _is_tf_gradients(a.value)
-        and not _scaled_by_hand(a.value)
-    ]
-    if not wrapped or not gradients:
+    # `grads = tf.gradients(...)`, or taken inside the value (`list(zip(tf.gradients(...), v))`)
+    gradients = [(a, call) for a in assigns if (call := _gradients_in(a.value)) is not None]
+    if not wrapped:
         return None
     branches = _branches(scope)
     applies = [
@@ -97,20 +93,28 @@ def _unscaled(scope: list[ast.AST], contrib: set[str]) -> tuple[ast.Call, str] |
         and isinstance(node.func.value, ast.Name)
         and node.func.value.id in wrapped
     ]
-    for assign in gradients:
-        for apply in applies:
+    for apply in applies:
+        optimizer = apply.func.value.id  # type: ignore[attr-defined]
+        wrapped_here = [w for w in wrappers if optimizer in _targets(w)]
+        inline = _gradients_in(apply)  # `opt.apply_gradients(zip(tf.gradients(...), v))`
+        if inline is not None and not all(_exclusive(branches, w, apply) for w in wrapped_here):
+            return inline, optimizer
+        for assign, call in gradients:
             if apply.lineno <= assign.lineno:
                 continue
-            optimizer = apply.func.value.id  # type: ignore[attr-defined]
-            if all(
-                _exclusive(branches, wrapper, assign)
-                for wrapper in wrappers
-                if optimizer in _targets(wrapper)
-            ):
+            if all(_exclusive(branches, wrapper, assign) for wrapper in wrapped_here):
                 continue  # wrapped only in the other branch of an `if`: the plain optimizer
             derived = _derived(assign, [a for a in assigns if a.lineno < apply.lineno])
             if any(_names(a) & derived for a in [*apply.args, *apply.keywords]):
-                return assign.value, optimizer
+                return call, optimizer
+    return None
+
+
+def _gradients_in(node: ast.AST) -> ast.Call | None:
+    """The first `tf.gradients(...)` call in `node` whose loss the script does not scale."""
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Call) and _is_tf_gradients(inner) and not _scaled_by_hand(inner):
+            return inner
     return None
 
 

@@ -39,6 +39,8 @@ def _line(name: str, text: str) -> int:
     [
         ("rewrite_tf_gradients.py", "tf.gradients(loss, tvars)", "optimizer"),
         ("contrib_alias.py", "tf.compat.v1.gradients(loss, params)", "opt"),
+        # taken inside the value bound (`list(zip(tf.gradients(...), v))`); once per file
+        ("zipped_inline.py", "tf.gradients(ys=loss, xs=variables)", "opt"),
     ],
 )
 def test_tf_gradients_into_the_wrapper_are_warned_at_the_call(ported, name, call, optimizer):
@@ -49,6 +51,20 @@ def test_tf_gradients_into_the_wrapper_are_warned_at_the_call(ported, name, call
     assert "never scaled" in message and f"`{optimizer}.compute_gradients`" in message
     ported_text = (ported["out"] / name).read_text(encoding="utf-8")
     assert "NPULossScaleOptimizer(" in ported_text and call in ported_text
+
+
+def test_tf_gradients_inside_apply_gradients_itself_are_warned(tmp_path) -> None:
+    """The second function of zipped_inline.py alone: the call sits in apply_gradients' argument."""
+    source = (FIXTURE / "zipped_inline.py").read_text(encoding="utf-8")
+    head, tail = source.index("\n\ndef optimize_loss"), source.index("\n\ndef optimize_inline")
+    alone = source[:head] + source[tail:]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "inline.py").write_text(alone, encoding="utf-8")
+    done = port_fixture_tree(tmp_path / "run", tmp_path / "in")
+    (found,) = [f for f in done["findings"] if f["rule"] == RULE]
+    assert "`tf.gradients(loss, variables)` feeds `opt.apply_gradients`" in found["message"]
+    line = next(n for n, text in enumerate(alone.splitlines(), 1) if "tf.gradients(" in text)
+    assert found["line"] == line
 
 
 @pytest.mark.parametrize(
