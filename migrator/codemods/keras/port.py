@@ -439,6 +439,13 @@ def _in_annotation(node: cst.CSTNode, parent: Parent) -> bool:
     return isinstance(up, cst.Annotation)
 
 
+# The one step a fixed scale runs differently after the port; said wherever a port makes one.
+_SKIPPED = (
+    "an overflowed step is skipped, as the NPU's FixedLossScaleManager does, where Keras 2's "
+    "fixed scale applies it"
+)
+
+
 def _detail(site: KerasSite, scale: LossScale) -> str:
     if site.spelling == "keras":
         notes = [note for note in (_by_keyword(site), _fixed_scale(site)) if note]
@@ -446,15 +453,13 @@ def _detail(site: KerasSite, scale: LossScale) -> str:
     return {
         "default": " (no loss_scale: TF's default 'dynamic' is the default rule)",
         "dynamic": " (loss_scale='dynamic' is the default rule)",
-        "fixed": (
-            " (a fixed loss_scale -> initial_scale, dynamic=False; an overflowed step is skipped, "
-            "as the NPU's FixedLossScaleManager does)"
-        ),
+        "fixed": f" (a fixed loss_scale -> initial_scale, dynamic=False; {_SKIPPED})",
         "ctor-dynamic": " (its DynamicLossScale -> initial_scale, dynamic_growth_steps, TF's rule)",
-        "ctor-fixed": " (its FixedLossScale -> initial_scale, dynamic=False; overflows skip)",
+        "ctor-fixed": f" (its FixedLossScale -> initial_scale, dynamic=False; {_SKIPPED})",
         "runtime": (
             " (its loss_scale, 'dynamic' or a number at run time, picks the keywords when the "
-            "script runs: 'dynamic' the default rule, a number N initial_scale=N, dynamic=False)"
+            "script runs: 'dynamic' the default rule, a number N initial_scale=N, dynamic=False; "
+            f"with a number, {_SKIPPED})"
         ),
     }[scale.kind]
 
@@ -484,10 +489,7 @@ def _fixed_scale(site: KerasSite) -> str:
         where = "dynamic=False"
     else:
         where = "where `dynamic` is false"
-    return (
-        f"{where}: an overflowed step is skipped, as the NPU's FixedLossScaleManager does, where "
-        "Keras 2's fixed scale applies it"
-    )
+    return f"{where}: {_SKIPPED}"
 
 
 def _scale_keywords(scale: LossScale, value: cst.BaseExpression) -> list[cst.Arg]:

@@ -164,9 +164,11 @@ def test_the_experimental_wrapper_maps_its_loss_scale(ported) -> None:
     assert max(map(len, _text(ported, name).splitlines())) <= 99
     note = _found(ported, name, "keras-version")
     assert "an API only Keras 2 has" in note[13]
-    assert "'dynamic' or a number at run time" in _found(
-        ported, name, "keras-loss-scale-optimizer"
-    )[19]
+    runtime = _found(ported, name, "keras-loss-scale-optimizer")[19]
+    assert "'dynamic' or a number at run time" in runtime
+    # the fixed scale a number picks skips an overflowed step, as a literal one does
+    assert runtime.endswith("with a number, an overflowed step is skipped, as the NPU's "
+                            "FixedLossScaleManager does, where Keras 2's fixed scale applies it)")
 
 
 def test_nothing_pinned_means_either_keras(ported) -> None:
