@@ -7,9 +7,11 @@ Kept apart from the codemods and the CLI so both sides speak one vocabulary: the
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Literal
 
 Kind = Literal["change", "warning", "error"]
+_LINE_BREAK = re.compile(r"[ \t]*\r?\n\s*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +23,12 @@ class Finding:
     rule: str
     message: str
     kind: Kind = "change"
+
+    def __post_init__(self) -> None:
+        # A finding is one line of the CLI's output (PATH:LINE: RULE: MESSAGE), which a reader
+        # or a grep takes line by line: code quoted from a statement spanning lines is folded.
+        if "\n" in self.message:
+            object.__setattr__(self, "message", _LINE_BREAK.sub(" ", self.message.strip()))
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)

@@ -536,3 +536,24 @@ def test_a_move_left_half_applied_is_completed_by_the_next_run(
         sys.modules.pop(HALF_MODULE, None)
     assert step == 2
     np.testing.assert_allclose(weights, [0.81, -1.62], rtol=1e-6)
+
+
+def test_a_reason_quoting_code_over_several_lines_is_one_line_of_output(tmp_path: Path) -> None:
+    """The CLI prints a finding as PATH:LINE: RULE: MESSAGE, one per line: code the reason quotes
+    from a condition written over several lines is folded onto one (sitecao's BERT fork)."""
+    condition = (
+        "tf.cond(\n        tf.logical_and(finite,\n"
+        "                       tf.cast(tf.reduce_any(finite), tf.bool)),\n"
+        "        lambda: global_step + 1, lambda: global_step)"
+    )
+    source = _variant(
+        ("    new_global_step = global_step + 1\n", FINITE + f"    new_global_step = {condition}\n")
+    )
+    (tmp_path / "train.py").write_text(source, encoding="utf-8")
+    done = run_cli("--no-color", tmp_path / "train.py")
+    assert done.returncode == 0, done.stderr
+    (line,) = [text for text in done.stderr.splitlines() if ": global-step-manual: " in text]
+    assert (
+        "the step advances only when `tf.logical_and(finite, tf.cast(tf.reduce_any(finite), "
+        "tf.bool))` holds, which is not a gradient-finiteness check"
+    ) in line
