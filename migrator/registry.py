@@ -296,6 +296,7 @@ NPU_BRIDGE = "npu-bridge"
 TF_FOREIGN_LOSS_SCALE = "tf-foreign-loss-scale"
 TF_HAND_LOSS_SCALE = "tf-hand-loss-scale"  # loss scaled by hand: migrator.selection.hand_loss_scale
 TF_UNSCALED_GRADIENTS = "tf-unscaled-gradients"  # migrator.selection.unscaled_gradients
+TF_AUTO_MIXED_PRECISION = "tf-auto-mixed-precision"  # migrator.selection.auto_mixed_precision
 
 # ----------------------------------------------------------------- Keras
 KERAS_LOSS_SCALE_OPTIMIZER = "keras-loss-scale-optimizer"

@@ -21,6 +21,7 @@ from migrator.pipeline.outcomes import FileOutcome, RunConfig, RunResult, Status
 from migrator.pipeline.output_check import output_error
 from migrator.pipeline.processes import configure_process, one_file, watch_parent
 from migrator.pipeline.writes import apply, hold_back, report_half_moves, step_groups
+from migrator.selection import auto_mixed_precision
 from migrator.selection.horovod_importers import horovod_inits
 from migrator.selection.horovod_sites import init_sites, name_init_sites
 from migrator.selection.keras_helpers import KerasHelper, legacy_keras_helpers
@@ -412,7 +413,10 @@ def run(
         if caller:
             pending.append((source, data))
         else:
-            outcomes.append(FileOutcome(source, "unchanged"))
+            # Nothing to port or plan, but a switch only NVIDIA's TensorFlow reads is still said.
+            found = auto_mixed_precision.findings(data, source.display)
+            kept = (data, data) if found else (None, None)
+            outcomes.append(FileOutcome(source, "unchanged", found, *kept))
 
     if pending:
         if options is None:  # only files calling a helper are left

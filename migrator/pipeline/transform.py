@@ -34,6 +34,7 @@ from migrator.codemods.targets import npu_bridge
 from migrator.findings import Finding, MigrationResult, SourceError
 from migrator.pipeline import cst_parse, outline, slicing
 from migrator.selection import (
+    auto_mixed_precision,
     framework_fp16,
     hand_loss_scale,
     torch_hand_loss_scale,
@@ -342,6 +343,7 @@ def finish(prepared: PreparedFile, plan: ProjectPlan, options: MigrateOptions) -
     result = _finish(prepared, plan, options)
     found = hand_loss_scale.findings(result.old_source, result.path)  # the user's own bytes
     found += framework_fp16.findings(result.old_source, result.path)
+    found += auto_mixed_precision.findings(result.old_source, result.path)
     for check in (torch_hand_loss_scale.finding, unscaled_gradients.finding):
         other = check(result.old_source, result.path)
         found += [other] if other is not None else []
