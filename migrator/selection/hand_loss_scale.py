@@ -33,7 +33,8 @@ from migrator.sources import pytree
 # spares the walk on the many training files that spell all three words.
 PRODUCT = re.compile(
     rb"loss[^\n*=]{0,40}?\*=?\s*[\w.(]*scale|scale[^\n*=]{0,40}?\*\s*[\w.(]*loss"
-    rb"|mul(?:tiply)?_?\([^)]{0,80}?loss[^)]{0,80}?scale|loss\w*\.mul_?\(\s*[\w.(]*scale",
+    rb"|mul(?:tiply)?_?\([^)]{0,80}?loss[^)]{0,80}?scale|loss\w*\.mul_?\(\s*[\w.(]*scale"
+    rb"|scalar_mul\([^)]{0,80}?scale[^)]{0,80}?loss",
     re.IGNORECASE,
 )
 # A scaling helper pair, StyleGAN's tflib (copied into its forks): `loss =
@@ -41,7 +42,9 @@ PRODUCT = re.compile(
 _APPLY_HELPER = re.compile(rb"\bapply_loss_scal")
 _UNDO_HELPER = re.compile(rb"\bundo_loss_scal")
 _DIVIDES = frozenset({"div", "divide", "truediv", "realdiv", "div_no_nan"})
-_MULTIPLIES = frozenset({"multiply", "mul", "mul_"})
+_MULTIPLIES = frozenset({"multiply", "mul", "mul_", "scalar_mul"})
+# Calls that apply a function to each gradient (`tf.nest.map_structure(lambda g: g / s, grads)`).
+_MAPS = frozenset({"map_structure", "map"})
 _PASS_THROUGH = frozenset({"cast", "convert_to_tensor", "identity", "read_value", "to_float"})
 # A tensor's own casts (`loss.float()`, `loss.to(torch.float32)`): the value is the tensor's.
 _CAST_METHODS = frozenset({"float", "double", "half", "to", "type"})
@@ -196,11 +199,18 @@ def _helper_scaling(tree: ast.Module) -> ast.Call | None:
 
 def _unscaled_by(node: ast.AST) -> Iterator[str]:
     """The scale names a gradient expression is divided by here: `g / s`, `g * (1. / s)`,
-    `tf.div(g, s)`; a gradient is a name spelling `grad`, or any value of a comprehension over
-    one (`[g / s for g in grads]`)."""
+    `tf.div(g, s)`, `tf.scalar_mul(1. / s, g)`; a gradient is a name spelling `grad`, or any
+    value of a comprehension over one (`[g / s for g in grads]`) or of a function mapped over
+    one (`tf.nest.map_structure(lambda g: g / s, grads)`)."""
     if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
         if any(mentions_grad(g.iter) for g in node.generators):
             for inner in ast.walk(node.elt):
+                yield from map(name_of, divisions(inner, any_value=True))
+        return
+    if isinstance(node, ast.Call) and callee(node) in _MAPS and len(node.args) >= 2:
+        function, values = node.args[0], node.args[1:]
+        if isinstance(function, ast.Lambda) and any(mentions_grad(v) for v in values):
+            for inner in ast.walk(function.body):
                 yield from map(name_of, divisions(inner, any_value=True))
         return
     yield from map(name_of, divisions(node, any_value=False))
@@ -228,6 +238,11 @@ def divisions(node: ast.AST, *, any_value: bool) -> Iterator[ast.expr]:
     elif isinstance(node, ast.Call) and callee(node) in _DIVIDES and len(node.args) == 2:
         if grad(node.args[0]):
             yield node.args[1]
+    elif isinstance(node, ast.Call) and callee(node) in _MULTIPLIES and len(node.args) == 2:
+        # `tf.scalar_mul(1. / s, g)` (NVIDIA's TF ConvNets' FixedLossScalerOptimizer)
+        for value, other in (node.args, node.args[::-1]):
+            if grad(value):
+                yield from reciprocals(other)
 
 
 def reciprocals(node: ast.AST) -> Iterator[ast.expr]:

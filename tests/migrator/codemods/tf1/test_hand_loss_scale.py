@@ -143,6 +143,34 @@ def test_a_loss_scaled_by_a_multiply_call_is_warned_at_the_check(product: str) -
     assert found[1].startswith(product.split("(")[0] + "(") and found[2] == "tf.is_finite(g)"
 
 
+def test_tf_scalar_mul_both_ways_is_warned_at_the_check() -> None:
+    """NVIDIA's TF ConvNets' FixedLossScalerOptimizer: `tf.scalar_mul(scale, loss)`, then
+    `tf.scalar_mul(1. / scale, g)` for each gradient."""
+    from migrator.selection import hand_loss_scale
+
+    source = _SPELLED.replace("{loss} * loss_scale", "tf.scalar_mul(loss_scale, loss)")
+    source = source.format(unscale="grads[i] = tf.scalar_mul(1. / loss_scale, grads[i])")
+    assert hand_loss_scale.sites(source.encode()) == [
+        (9, "tf.scalar_mul(loss_scale, loss)", "tf.is_finite(g)")
+    ]
+
+
+_MAPPED = "    grads = tf.nest.map_structure(lambda x: x / loss_scale, {values})\n"
+_LOOP = "    for i in range(len(grads)):\n        {unscale}\n"
+
+
+def test_gradients_scaled_back_by_a_mapped_function_are_warned_at_the_check() -> None:
+    """danijar's director: `tf.nest.map_structure(lambda x: x / scale, grads)`; the same lambda
+    over values that are not gradients scales nothing back."""
+    from migrator.selection import hand_loss_scale
+
+    mapped = _SPELLED.replace(_LOOP, _MAPPED).replace("{loss}", "loss")
+    assert hand_loss_scale.sites(mapped.format(values="grads").encode()) == [
+        (8, "loss * loss_scale", "tf.is_finite(g)")
+    ]
+    assert hand_loss_scale.sites(mapped.format(values="metrics").encode()) == []
+
+
 def test_helpers_in_a_file_that_never_spells_scale_are_warned() -> None:
     """StyleGAN v1's tflib keeps its scale in `ls_var`: `apply_loss_scaling` and
     `undo_loss_scaling` are the only spellings, and the byte test had wanted "scale"."""
