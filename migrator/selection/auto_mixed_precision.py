@@ -40,9 +40,8 @@ def findings(source: bytes, path: str) -> list[Finding]:
     """One warning, at the first store that may switch automatic mixed precision on."""
     if not might_use(source):
         return []
-    try:
-        tree = pytree.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = pytree.tree_or_none(source)
+    if tree is None:
         return []
     for node, name, value in _stores(tree):
         if isinstance(value, ast.Constant):

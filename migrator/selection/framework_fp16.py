@@ -84,9 +84,8 @@ def sites(source: bytes) -> list[Asks]:
 # The triage asks, then the file's finish: one reading for both.
 @functools.lru_cache(maxsize=8)
 def _sites(source: bytes) -> tuple[Asks, ...]:
-    try:
-        tree = pytree.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = pytree.tree_or_none(source)
+    if tree is None:
         return ()
     imported = _imported(tree)
     named = {

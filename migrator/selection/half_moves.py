@@ -69,9 +69,8 @@ def _advances(method: ast.FunctionDef) -> bool:
 
 def _classes(source: bytes) -> dict[str, tuple[int, bool]]:
     """Classes defining apply_gradients: name -> (line, whether it advances the step)."""
-    try:
-        tree = pytree.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = pytree.tree_or_none(source)
+    if tree is None:
         return {}
     found = {}
     for node in ast.walk(tree):

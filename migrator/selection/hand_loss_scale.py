@@ -102,9 +102,8 @@ def sites(source: bytes) -> list[Site]:
     check); empty when it does not."""
     if not might_scale_by_hand(source):
         return []
-    try:
-        tree = pytree.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = pytree.tree_or_none(source)
+    if tree is None:
         return []
     if not imports_package(tree, "tensorflow"):
         return []

@@ -123,9 +123,8 @@ def site(source: bytes) -> Site | None:
     `DynamicLossScaler.has_overflow(grad_norm)`, fairseq's) is a check not seen."""
     if not might_scale_by_hand(source):
         return None
-    try:
-        tree = pytree.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = pytree.tree_or_none(source)
+    if tree is None:
         return None
     if not imports_package(tree, "torch"):
         return None

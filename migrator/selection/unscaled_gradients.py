@@ -40,9 +40,8 @@ def finding(source: bytes, path: str) -> Finding | None:
         return None
     if not any(name.encode() in source for name in _WRAPPERS):
         return None
-    try:
-        tree = pytree.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = pytree.tree_or_none(source)
+    if tree is None:
         return None
     contrib = _contrib_names(tree)
     for scope in pytree.scopes(tree):

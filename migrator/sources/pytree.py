@@ -18,6 +18,15 @@ def parse(source: bytes) -> ast.Module:
     return ast.parse(source)
 
 
+def tree_or_none(source: bytes) -> ast.Module | None:
+    """`parse(source)`, or None where the file does not parse: the checks that read a file with
+    `ast` alone say nothing then, and the full pass reports the failure in its own words."""
+    try:
+        return parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
 def first_line(statement: ast.stmt) -> int:
     """The 1-based line a statement's code starts on: its first decorator's where it has any
     (`ast` gives a decorated definition the line of its `def` or `class`)."""
