@@ -78,10 +78,10 @@ def _unscaled(scope: list[ast.AST], contrib: set[str]) -> tuple[ast.Call, str] |
     )
     wrappers = [a for a in assigns if _is_wrapper(a.value, contrib)]
     wrapped = {t for a in wrappers for t in _targets(a)}
-    # `grads = tf.gradients(...)`, or taken inside the value (`list(zip(tf.gradients(...), v))`)
-    gradients = [(a, call) for a in assigns if (call := _gradients_in(a.value)) is not None]
     if not wrapped:
         return None
+    # `grads = tf.gradients(...)`, or taken inside the value (`list(zip(tf.gradients(...), v))`)
+    gradients = [(a, call) for a in assigns if (call := _gradients_in(a.value)) is not None]
     branches = _branches(scope)
     applies = [
         node
@@ -92,12 +92,13 @@ def _unscaled(scope: list[ast.AST], contrib: set[str]) -> tuple[ast.Call, str] |
         and isinstance(node.func.value, ast.Name)
         and node.func.value.id in wrapped
     ]
+    found: list[tuple[ast.Call, str]] = []  # (the tf.gradients call, the optimizer it feeds)
     for apply in applies:
         optimizer = apply.func.value.id  # type: ignore[attr-defined]
         wrapped_here = [w for w in wrappers if optimizer in _targets(w)]
         inline = _gradients_in(apply)  # `opt.apply_gradients(zip(tf.gradients(...), v))`
         if inline is not None and not all(_exclusive(branches, w, apply) for w in wrapped_here):
-            return inline, optimizer
+            found.append((inline, optimizer))
         for assign, call in gradients:
             if apply.lineno <= assign.lineno:
                 continue
@@ -105,8 +106,11 @@ def _unscaled(scope: list[ast.AST], contrib: set[str]) -> tuple[ast.Call, str] |
                 continue  # wrapped only in the other branch of an `if`: the plain optimizer
             derived = _derived(assign, [a for a in assigns if a.lineno < apply.lineno])
             if any(_names(a) & derived for a in [*apply.args, *apply.keywords]):
-                return call, optimizer
-    return None
+                found.append((call, optimizer))
+                break
+    # The first such call in the file's order (`finding` warns once, there), whichever
+    # apply_gradients it feeds; min keeps the first apply among equals.
+    return min(found, key=lambda item: (item[0].lineno, item[0].col_offset), default=None)
 
 
 def _gradients_in(node: ast.AST) -> ast.Call | None:

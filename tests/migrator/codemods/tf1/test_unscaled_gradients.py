@@ -67,6 +67,24 @@ def test_tf_gradients_inside_apply_gradients_itself_are_warned(tmp_path) -> None
     assert found["line"] == line
 
 
+def test_the_warning_is_at_the_first_tf_gradients_call_whichever_apply_it_feeds() -> None:
+    from migrator.selection import unscaled_gradients
+
+    source = (
+        "import tensorflow as tf\n\n\n"
+        "def step(loss, other, tvars):\n"
+        "    opt = tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer(\n"
+        "        tf.compat.v1.train.AdamOptimizer(1e-3), 'dynamic')\n"
+        "    first = tf.gradients(loss, tvars)\n"
+        "    second = tf.gradients(other, tvars)\n"
+        "    late = opt.apply_gradients(zip(second, tvars))\n"
+        "    return late, opt.apply_gradients(zip(first, tvars))\n"
+    )
+    found = unscaled_gradients.finding(source.encode(), "step.py")
+    assert found is not None and found.line == 7
+    assert found.message.startswith("`tf.gradients(loss, tvars)` feeds `opt.apply_gradients`")
+
+
 @pytest.mark.parametrize(
     "name",
     [
