@@ -20,7 +20,6 @@ optimizer (GNMT's nmt.py, UNet's setup.py).
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 
 from migrator import registry
 from migrator.findings import Finding
@@ -83,7 +82,7 @@ class _Os:
         return isinstance(node, ast.Name) and node.id in self.environs
 
 
-def _stores(tree: ast.Module) -> Iterator[tuple[ast.AST, str, ast.expr]]:
+def _stores(tree: ast.Module) -> list[tuple[ast.AST, str, ast.expr]]:
     """(the statement or call, the variable, the value stored) for each store of a switch, in
     source order."""
     names = _Os(tree)
@@ -97,7 +96,7 @@ def _stores(tree: ast.Module) -> Iterator[tuple[ast.AST, str, ast.expr]]:
                         found.append((node, switch, node.value))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             found += _call_stores(node, names)
-    return iter(sorted(found, key=lambda item: (item[0].lineno, item[0].col_offset)))
+    return sorted(found, key=lambda item: (item[0].lineno, item[0].col_offset))
 
 
 def _call_stores(call: ast.Call, names: _Os) -> list[tuple[ast.AST, str, ast.expr]]:

@@ -483,12 +483,10 @@ def _fixed_scale(site: KerasSite) -> str:
     if index is None:
         return ""
     value = site.call.args[index].value
-    if isinstance(value, cst.Name) and value.value in ("True", "False"):
-        if value.value == "True":
-            return ""
-        where = "dynamic=False"
-    else:
-        where = "where `dynamic` is false"
+    literal = value.value if isinstance(value, cst.Name) else None
+    if literal == "True":
+        return ""
+    where = "dynamic=False" if literal == "False" else "where `dynamic` is false"
     return f"{where}: {_SKIPPED}"
 
 
